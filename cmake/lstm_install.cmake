@@ -1,0 +1,17 @@
+# `cmake --install` gives a package that find_package(lstm) + target_link_libraries(app lstm::lstm)
+# consumes: the headers of lstm/ and kernels/, the exported interface target and its config.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh")
+install(TARGETS lstm EXPORT lstmTargets)
+install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
+configure_package_config_file(cmake/lstmConfig.cmake.in
+    ${CMAKE_CURRENT_BINARY_DIR}/lstmConfig.cmake
+    INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/lstmConfigVersion.cmake
+    COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/lstmConfig.cmake
+    ${CMAKE_CURRENT_BINARY_DIR}/lstmConfigVersion.cmake
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)

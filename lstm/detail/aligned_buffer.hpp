@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+namespace lstm::detail {
+
+// A host byte buffer aligned for SIMD loads that only grows, so repeated calls of the same or a
+// smaller size allocate nothing.
+class AlignedBuffer {
+public:
+    static constexpr size_t kAlignment = 64;
+
+    void* reserve(size_t bytes) {
+        if (bytes > capacity_) {
+            const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+            void* p = std::aligned_alloc(kAlignment, rounded);
+            if (!p) throw std::bad_alloc();
+            data_.reset(p);
+            capacity_ = rounded;
+        }
+        return data_.get();
+    }
+    void* data() const { return data_.get(); }
+    size_t capacity() const { return capacity_; }
+
+private:
+    struct Free {
+        void operator()(void* p) const { std::free(p); }
+    };
+    std::unique_ptr<void, Free> data_;
+    size_t capacity_ = 0;
+};
+
+}  // namespace lstm::detail

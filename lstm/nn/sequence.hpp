@@ -1,0 +1,90 @@
+#pragma once
+
+// Moving between a padded, time-major sequence batch and one vector per sequence: the last valid
+// step feeds a per-sequence head (classification on the final output), and its gradient goes back
+// to that step alone.
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "lstm/error.hpp"
+#include "lstm/tensor.hpp"
+
+namespace lstm::nn {
+
+namespace detail {
+
+// Validates lengths (N, each in 1..T, or empty for all T) for a (T, N, F) sequence tensor.
+inline void check_lengths(const char* fn, Span<const int64_t> lengths, int64_t steps,
+                          int64_t batch) {
+    check(lengths.empty() || lengths.size == batch, fn, ": lengths must have N = ", batch,
+          " elements (or none for all T), got ", lengths.size);
+    check(lengths.empty() || lengths.data != nullptr, fn, ": lengths has no data");
+    check(!lengths.empty() || batch == 0 || steps >= 1, fn,
+          ": T = 0 leaves the sequences without a last step");
+    for (int64_t n = 0; n < lengths.size; ++n) {
+        check(lengths[n] >= 1, fn, ": lengths[", n, "] = ", lengths[n], " must be >= 1");
+        check(lengths[n] <= steps, fn, ": lengths[", n, "] = ", lengths[n], " exceeds T = ", steps);
+    }
+}
+
+template <typename T>
+void check_host(const TensorView<T>& view, const char* fn, const char* name) {
+    check(view.device() == Device::cpu, fn, ": ", name, " is on ", to_string(view.device()),
+          ", but only cpu tensors are supported so far");
+}
+
+}  // namespace detail
+
+// out[n, :] = y[lengths[n] - 1, n, :]; y (T, N, F) time-major, out (N, F) overwritten, both host,
+// row-major; lengths (N) each in 1..T, or empty for all T.
+template <typename T>
+void gather_last_step(TensorView<const T> y, Span<const int64_t> lengths, TensorView<T> out) {
+    constexpr const char* fn = "gather_last_step";
+    check(y.rank() == 3, fn, ": y must have rank 3 (T, N, F), got shape ", y.shape_string());
+    const int64_t steps = y.size(0), batch = y.size(1), features = y.size(2);
+    detail::check_host(y, fn, "y");
+    detail::check_host(out, fn, "out");
+    check_shape(out, "gather_last_step: out", {batch, features});
+    detail::check_lengths(fn, lengths, steps, batch);
+    for (int64_t n = 0; n < batch; ++n) {
+        const int64_t t = (lengths.empty() ? steps : lengths[n]) - 1;
+        const T* src = y.data() + (t * batch + n) * features;
+        std::copy(src, src + features, out.data() + n * features);
+    }
+}
+
+// Same for a mutable y, so that callers need not spell out the const view.
+template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
+void gather_last_step(TensorView<T> y, Span<const int64_t> lengths, TensorView<T> out) {
+    gather_last_step<T>(TensorView<const T>(y), lengths, out);
+}
+
+// The adjoint of gather_last_step: dy[lengths[n] - 1, n, :] = dout[n, :] and every other element
+// of dy is zero; dout (N, F), dy (T, N, F) time-major and overwritten, both host, row-major;
+// lengths (N) each in 1..T, or empty for all T.
+template <typename T>
+void scatter_last_step(TensorView<const T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
+    constexpr const char* fn = "scatter_last_step";
+    check(dy.rank() == 3, fn, ": dy must have rank 3 (T, N, F), got shape ", dy.shape_string());
+    const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
+    detail::check_host(dout, fn, "dout");
+    detail::check_host(dy, fn, "dy");
+    check_shape(dout, "scatter_last_step: dout", {batch, features});
+    detail::check_lengths(fn, lengths, steps, batch);
+    std::fill(dy.data(), dy.data() + dy.numel(), T(0));
+    for (int64_t n = 0; n < batch; ++n) {
+        const int64_t t = (lengths.empty() ? steps : lengths[n]) - 1;
+        const T* src = dout.data() + n * features;
+        std::copy(src, src + features, dy.data() + (t * batch + n) * features);
+    }
+}
+
+// Same for a mutable dout, so that callers need not spell out the const view.
+template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
+void scatter_last_step(TensorView<T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
+    scatter_last_step<T>(TensorView<const T>(dout), lengths, dy);
+}
+
+}  // namespace lstm::nn

@@ -1,0 +1,42 @@
+#pragma once
+
+// The ordered list of variants built into this binary. Tests and benchmarks iterate it, so a new
+// variant is tested and benchmarked by adding one line here.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lstm/error.hpp"
+#include "lstm/variant.hpp"
+#include "lstm/variants/basic.hpp"
+
+namespace lstm {
+
+inline const std::vector<const Variant*>& variants() {
+    static const cpu::BasicVariant basic_cpu;
+    static const std::vector<const Variant*> all = {&basic_cpu};
+    return all;
+}
+
+// Variants of one device, in registry order.
+inline std::vector<const Variant*> variants_on(Device device) {
+    std::vector<const Variant*> out;
+    for (const Variant* v : variants())
+        if (v->device() == device) out.push_back(v);
+    return out;
+}
+
+// Looks a variant up by name and device; the error lists what this binary has.
+inline const Variant& find_variant(std::string_view name, Device device) {
+    std::string known;
+    for (const Variant* v : variants()) {
+        if (v->name() == name && v->device() == device) return *v;
+        known += std::string(known.empty() ? "" : ", ") + v->name() + " (" + to_string(v->device()) +
+                 ")";
+    }
+    fail("variant '", name, "' on ", to_string(device), " is not built into this binary; known: ",
+         known);
+}
+
+}  // namespace lstm

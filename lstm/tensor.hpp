@@ -1,0 +1,126 @@
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+#include "lstm/error.hpp"
+
+namespace lstm {
+
+// Where a buffer lives. Views carry it so that a host pointer is never handed to a GPU kernel.
+enum class Device { cpu, cuda };
+
+enum class DType { f32, f64 };
+
+inline const char* to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
+inline const char* to_string(DType dtype) { return dtype == DType::f32 ? "float32" : "float64"; }
+
+template <typename T>
+constexpr DType dtype_of() {
+    static_assert(std::is_same_v<std::remove_const_t<T>, float> ||
+                      std::is_same_v<std::remove_const_t<T>, double>,
+                  "only float and double tensors exist");
+    return std::is_same_v<std::remove_const_t<T>, float> ? DType::f32 : DType::f64;
+}
+
+// A non-owning pointer + count. Used for host-side index arrays (lengths, targets).
+template <typename T>
+struct Span {
+    T* data = nullptr;
+    int64_t size = 0;
+
+    Span() = default;
+    Span(T* d, int64_t n) : data(d), size(n) {}
+    template <typename Container,
+              typename = decltype(std::declval<Container&>().data() + 0)>
+    Span(Container& c) : data(c.data()), size(static_cast<int64_t>(c.size())) {}  // NOLINT
+
+    bool empty() const { return size == 0; }
+    T& operator[](int64_t i) const { return data[i]; }
+    T* begin() const { return data; }
+    T* end() const { return data + size; }
+    operator Span<const T>() const { return {data, size}; }  // NOLINT
+};
+
+// A non-owning view of a dense, contiguous, row-major tensor of rank <= 4, tagged with the memory
+// space it lives in. An empty view (null data) means "not given" for optional arguments.
+template <typename T>
+class TensorView {
+public:
+    static constexpr int kMaxRank = 4;
+
+    TensorView() = default;
+    TensorView(T* data, std::initializer_list<int64_t> shape, Device device = Device::cpu)
+        : data_(data), rank_(static_cast<int>(shape.size())), device_(device) {
+        check(shape.size() <= kMaxRank, "TensorView supports rank <= 4, got rank ", shape.size());
+        int i = 0;
+        for (int64_t s : shape) shape_[i++] = s;
+    }
+
+    T* data() const { return data_; }
+    int rank() const { return rank_; }
+    int64_t size(int dim) const { return shape_[dim]; }
+    Device device() const { return device_; }
+    bool empty() const { return data_ == nullptr; }
+    int64_t numel() const {
+        int64_t n = 1;
+        for (int i = 0; i < rank_; ++i) n *= shape_[i];
+        return n;
+    }
+    T& operator[](int64_t i) const { return data_[i]; }
+
+    // "(3, 4, 5)", for error messages.
+    std::string shape_string() const {
+        std::string out = "(";
+        for (int i = 0; i < rank_; ++i) {
+            if (i) out += ", ";
+            out += std::to_string(shape_[i]);
+        }
+        return out + ")";
+    }
+
+    bool has_shape(std::initializer_list<int64_t> shape) const {
+        if (static_cast<int>(shape.size()) != rank_) return false;
+        int i = 0;
+        for (int64_t s : shape)
+            if (shape_[i++] != s) return false;
+        return true;
+    }
+
+    operator TensorView<const T>() const {  // NOLINT: views convert to read-only views freely
+        TensorView<const T> out;
+        out.assign(data_, shape_, rank_, device_);
+        return out;
+    }
+
+    // Low-level: used by the const conversion.
+    void assign(T* data, const std::array<int64_t, kMaxRank>& shape, int rank, Device device) {
+        data_ = data;
+        shape_ = shape;
+        rank_ = rank;
+        device_ = device;
+    }
+
+private:
+    T* data_ = nullptr;
+    std::array<int64_t, kMaxRank> shape_{};
+    int rank_ = 0;
+    Device device_ = Device::cpu;
+};
+
+// Checks that `view` has exactly `shape`; the message names the argument and both shapes.
+template <typename T>
+void check_shape(const TensorView<T>& view, const char* name,
+                 std::initializer_list<int64_t> shape) {
+    if (view.has_shape(shape)) return;
+    std::string want = "(";
+    int i = 0;
+    for (int64_t s : shape) want += (i++ ? ", " : "") + std::to_string(s);
+    fail(name, " must have shape ", want, "), got ", view.shape_string());
+}
+
+}  // namespace lstm

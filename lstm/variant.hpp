@@ -1,0 +1,228 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lstm/config.hpp"
+#include "lstm/error.hpp"
+#include "lstm/params.hpp"
+#include "lstm/tensor.hpp"
+
+namespace lstm {
+
+// Opaque execution stream: a cudaStream_t for CUDA variants, ignored on the CPU. Public headers
+// never include CUDA headers, so the handle travels as void*.
+struct Stream {
+    void* handle = nullptr;
+};
+
+// Inputs and outputs of one forward call. Shapes use T = x.size(0), N = x.size(1), L layers,
+// D directions, H hidden units. Every tensor lives in the variant's memory space, except
+// `lengths`, which is always on the host.
+template <typename T>
+struct ForwardArgs {
+    TensorView<const T> x;        // (T, N, I) input, time-major
+    Span<const int64_t> lengths;  // host (N), each in 1..T; empty: every sequence has length T
+    TensorView<const T> h0;       // (L*D, N, H) initial hidden state; empty: zeros
+    TensorView<const T> c0;       // (L*D, N, H) initial cell state; empty: zeros
+    TensorView<const T> params;   // (param_count(config)) flat, PyTorch parameters() order
+    TensorView<T> y;              // (T, N, D*H) overwritten; zero at padded positions
+    TensorView<T> hn;             // (L*D, N, H) overwritten, state at each last valid step; optional
+    TensorView<T> cn;             // (L*D, N, H) overwritten; optional
+    void* workspace = nullptr;    // scratch of workspace_bytes(), clobbered
+    size_t workspace_size = 0;
+    void* reserve = nullptr;  // reserve_bytes(): written for backward; null means inference
+    size_t reserve_size = 0;
+    Stream stream;
+};
+
+// Inputs and outputs of one backward call; x, lengths, h0, c0, params, y and reserve must be those
+// of the matching training forward. dparams is ACCUMULATED into (the caller zeroes it), like
+// PyTorch's .grad and cuDNN's backward-weights; dx, dh0, dc0 are overwritten.
+template <typename T>
+struct BackwardArgs {
+    TensorView<const T> x;        // (T, N, I)
+    Span<const int64_t> lengths;  // host (N); empty: all T
+    TensorView<const T> h0;       // (L*D, N, H); empty: zeros
+    TensorView<const T> c0;       // (L*D, N, H); empty: zeros
+    TensorView<const T> params;   // (param_count(config))
+    TensorView<const T> y;        // (T, N, D*H) output of the matching forward
+    TensorView<const T> dy;       // (T, N, D*H) gradient of the loss w.r.t. y; padded rows ignored
+    TensorView<const T> dhn;      // (L*D, N, H); empty: zeros
+    TensorView<const T> dcn;      // (L*D, N, H); empty: zeros
+    TensorView<T> dx;             // (T, N, I) overwritten (zero at padded positions); optional
+    TensorView<T> dh0;            // (L*D, N, H) overwritten; optional
+    TensorView<T> dc0;            // (L*D, N, H) overwritten; optional
+    TensorView<T> dparams;        // (param_count(config)) ACCUMULATED into
+    void* workspace = nullptr;
+    size_t workspace_size = 0;
+    void* reserve = nullptr;  // written by the matching training forward; may be clobbered
+    size_t reserve_size = 0;
+    Stream stream;
+};
+
+// THE interface every LSTM implementation follows. Public entry points validate their arguments
+// (throwing lstm::Error that names the argument) and then call the variant's run_* hooks, which
+// may assume valid input and must not allocate.
+class Variant {
+public:
+    virtual ~Variant() = default;
+
+    // Stable name used by the registry, the bench and the tests: "basic", "fused", "onednn", ...
+    virtual const char* name() const = 0;
+    virtual Device device() const = 0;
+
+    // Why this variant cannot run `config` in `dtype`; std::nullopt when it can.
+    virtual std::optional<std::string> supports(const Config& config, DType dtype) const = 0;
+    // Why this variant cannot take per-sequence lengths; std::nullopt when it can.
+    virtual std::optional<std::string> supports_variable_lengths() const { return std::nullopt; }
+
+    // Bytes of temporary scratch for one forward or backward call on (T, N).
+    virtual size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                                   int64_t batch) const = 0;
+    // Bytes a training forward writes for backward to read.
+    virtual size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                                 int64_t batch) const = 0;
+
+    template <typename T>
+    void forward(const Config& config, const ForwardArgs<T>& args) const;
+    template <typename T>
+    void backward(const Config& config, const BackwardArgs<T>& args) const;
+
+    // Throws the message of supports() / supports_variable_lengths() when they object.
+    void require(const Config& config, DType dtype, bool variable_lengths) const {
+        config.validate();
+        if (auto why = supports(config, dtype))
+            fail("variant '", name(), "' (", to_string(device()), ") cannot run this config in ",
+                 to_string(dtype), ": ", *why);
+        if (variable_lengths) {
+            if (auto why = supports_variable_lengths())
+                fail("variant '", name(), "' (", to_string(device()),
+                     ") cannot take per-sequence lengths: ", *why);
+        }
+    }
+
+protected:
+    virtual void run_forward(const Config&, const ForwardArgs<float>&) const { unsupported(); }
+    virtual void run_forward(const Config&, const ForwardArgs<double>&) const { unsupported(); }
+    virtual void run_backward(const Config&, const BackwardArgs<float>&) const { unsupported(); }
+    virtual void run_backward(const Config&, const BackwardArgs<double>&) const { unsupported(); }
+
+private:
+    // Reached only if supports() accepted a dtype the variant does not implement: a bug.
+    [[noreturn]] void unsupported() const {
+        fail("variant '", name(), "' accepted a dtype in supports() that it does not implement");
+    }
+};
+
+namespace detail {
+
+// True when some sequence is shorter than T.
+inline bool has_variable_lengths(Span<const int64_t> lengths, int64_t seq_len) {
+    for (int64_t v : lengths)
+        if (v != seq_len) return true;
+    return false;
+}
+
+inline void check_lengths(Span<const int64_t> lengths, int64_t seq_len, int64_t batch) {
+    if (lengths.empty()) return;
+    check(lengths.size == batch, "lengths has ", lengths.size, " entries, expected N = ", batch,
+          " (x.size(1))");
+    for (int64_t n = 0; n < batch; ++n) {
+        check(lengths[n] >= 1, "lengths[", n, "] = ", lengths[n], " must be >= 1");
+        check(lengths[n] <= seq_len, "lengths[", n, "] = ", lengths[n], " exceeds T = ", seq_len);
+    }
+}
+
+template <typename V>
+void check_device(const V& view, const char* name, Device device) {
+    if (view.empty()) return;
+    check(view.device() == device, name, " lives on ", to_string(view.device()),
+          " but the variant runs on ", to_string(device));
+}
+
+template <typename V>
+void check_optional_state(const V& view, const char* name, const Config& config, int64_t batch) {
+    if (!view.empty()) check_shape(view, name, {config.num_cells(), batch, config.hidden_size});
+}
+
+inline void check_buffer(const void* data, size_t have, size_t need, const char* name) {
+    check(need == 0 || (data != nullptr && have >= need), name, " needs ", need, " bytes, got ",
+          data == nullptr ? 0 : have, data == nullptr ? " (null)" : "");
+}
+
+template <typename A>
+void check_common(const Variant& variant, const Config& config, const A& args, DType dtype) {
+    check(!args.x.empty(), "x must be given, got an empty view");
+    check(args.x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", args.x.shape_string());
+    const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
+    check(seq_len >= 1, "x.size(0) (T) must be >= 1, got ", seq_len);
+    check(batch >= 1, "x.size(1) (N) must be >= 1, got ", batch);
+    check(args.x.size(2) == config.input_size, "x.size(2) = ", args.x.size(2),
+          " does not match config.input_size = ", config.input_size);
+    check_lengths(args.lengths, seq_len, batch);
+    variant.require(config, dtype, has_variable_lengths(args.lengths, seq_len));
+    check_optional_state(args.h0, "h0", config, batch);
+    check_optional_state(args.c0, "c0", config, batch);
+    check(args.params.numel() == param_count(config), "params has ", args.params.numel(),
+          " elements, expected param_count(config) = ", param_count(config));
+    const Device dev = variant.device();
+    check_device(args.x, "x", dev);
+    check_device(args.h0, "h0", dev);
+    check_device(args.c0, "c0", dev);
+    check_device(args.params, "params", dev);
+    check_buffer(args.workspace, args.workspace_size,
+                 variant.workspace_bytes(config, dtype, seq_len, batch), "workspace");
+}
+
+}  // namespace detail
+
+template <typename T>
+void Variant::forward(const Config& config, const ForwardArgs<T>& args) const {
+    constexpr DType dtype = dtype_of<T>();
+    detail::check_common(*this, config, args, dtype);
+    const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
+    check_shape(args.y, "y", {seq_len, batch, config.output_size()});
+    detail::check_optional_state(args.hn, "hn", config, batch);
+    detail::check_optional_state(args.cn, "cn", config, batch);
+    detail::check_device(args.y, "y", device());
+    detail::check_device(args.hn, "hn", device());
+    detail::check_device(args.cn, "cn", device());
+    if (args.reserve != nullptr)
+        detail::check_buffer(args.reserve, args.reserve_size,
+                             reserve_bytes(config, dtype, seq_len, batch), "reserve");
+    run_forward(config, args);
+}
+
+template <typename T>
+void Variant::backward(const Config& config, const BackwardArgs<T>& args) const {
+    constexpr DType dtype = dtype_of<T>();
+    detail::check_common(*this, config, args, dtype);
+    const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
+    check_shape(args.y, "y", {seq_len, batch, config.output_size()});
+    check_shape(args.dy, "dy", {seq_len, batch, config.output_size()});
+    detail::check_optional_state(args.dhn, "dhn", config, batch);
+    detail::check_optional_state(args.dcn, "dcn", config, batch);
+    if (!args.dx.empty()) check_shape(args.dx, "dx", {seq_len, batch, config.input_size});
+    detail::check_optional_state(args.dh0, "dh0", config, batch);
+    detail::check_optional_state(args.dc0, "dc0", config, batch);
+    check(args.dparams.numel() == param_count(config), "dparams has ", args.dparams.numel(),
+          " elements, expected param_count(config) = ", param_count(config));
+    check(args.reserve != nullptr,
+          "reserve must be the buffer written by a training forward, got null");
+    detail::check_buffer(args.reserve, args.reserve_size,
+                         reserve_bytes(config, dtype, seq_len, batch), "reserve");
+    detail::check_device(args.y, "y", device());
+    detail::check_device(args.dy, "dy", device());
+    detail::check_device(args.dhn, "dhn", device());
+    detail::check_device(args.dcn, "dcn", device());
+    detail::check_device(args.dh0, "dh0", device());
+    detail::check_device(args.dc0, "dc0", device());
+    detail::check_device(args.dx, "dx", device());
+    detail::check_device(args.dparams, "dparams", device());
+    run_backward(config, args);
+}
+
+}  // namespace lstm

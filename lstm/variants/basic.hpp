@@ -1,0 +1,329 @@
+#pragma once
+
+// `basic` (cpu): the flexible cell loop, PyTorch's LSTMCell-basic. Per step two GEMMs (input and
+// recurrent) and then separate, unfused element-wise passes; backward is the same loop reversed
+// (full BPTT) with per-step weight-gradient GEMMs. It is the baseline the papers call "basic",
+// and the easiest place to try a change to the cell.
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/permute.hpp"
+#include "kernels/cpu/unfused_cell.hpp"
+#include "lstm/detail/batch_order.hpp"
+#include "lstm/detail/carve.hpp"
+#include "lstm/variant.hpp"
+
+namespace lstm::cpu {
+
+namespace basic_detail {
+
+// Scratch of one call. Rows are in length-sorted order (detail::BatchOrder).
+template <typename T>
+struct Workspace {
+    detail::BatchOrder batch;
+    T* x_sorted;  // (T, N, I) the layer-0 input, sorted
+    T* ping;      // (T, N, W) W = max(I, D*H): inference layer output / backward dy of a layer
+    T* pong;      // (T, N, W) the other half of the ping-pong pair
+    T* gates;     // (N, 4H) one step's gates (inference) or dgates (backward)
+    T* h;         // (N, H) running h (forward) / gradient carried into h_{t-1} (backward)
+    T* c;         // (N, H) running c (forward) / gradient carried into c_{t-1} (backward)
+    T* h_prev;    // (N, H) backward: h_{t-1} of the active rows
+    T* c_prev;    // (N, H) backward: c_{t-1} of the active rows
+    T* dh;        // (N, H) backward: total gradient reaching h_t
+    T* dc;        // (N, H) backward: total gradient reaching c_t
+    T* h_init;    // (N, H) backward: h0 of this cell, sorted
+    T* c_init;    // (N, H) backward: c0 of this cell, sorted
+};
+
+// What a training forward leaves for backward, all in sorted row order.
+template <typename T>
+struct Reserve {
+    T* out;    // (L, T, N, D*H) every layer's output
+    T* gates;  // (L*D, T, N, 4H) activated gates of every cell
+    T* cell;   // (L*D, T, N, H) c_t of every cell
+};
+
+template <typename T>
+Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_t seq_len,
+                             int64_t batch) {
+    const int64_t hidden = config.hidden_size;
+    const int64_t width = std::max(config.input_size, config.output_size());
+    Workspace<T> w{};
+    w.batch.order = carve.take<int64_t>(batch);
+    w.batch.active = carve.take<int64_t>(seq_len);
+    w.x_sorted = carve.take<T>(seq_len * batch * config.input_size);
+    w.ping = carve.take<T>(seq_len * batch * width);
+    w.pong = carve.take<T>(seq_len * batch * width);
+    w.gates = carve.take<T>(batch * 4 * hidden);
+    for (T** state : {&w.h, &w.c, &w.h_prev, &w.c_prev, &w.dh, &w.dc, &w.h_init, &w.c_init})
+        *state = carve.take<T>(batch * hidden);
+    return w;
+}
+
+template <typename T>
+Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t seq_len,
+                         int64_t batch) {
+    const int64_t steps = seq_len * batch;
+    Reserve<T> r{};
+    r.out = carve.take<T>(config.num_layers * steps * config.output_size());
+    r.gates = carve.take<T>(config.num_cells() * steps * 4 * config.hidden_size);
+    r.cell = carve.take<T>(config.num_cells() * steps * config.hidden_size);
+    return r;
+}
+
+// The time index of the s-th step a direction processes.
+inline int64_t step_time(int64_t s, int64_t seq_len, int64_t direction) {
+    return direction == 0 ? s : seq_len - 1 - s;
+}
+
+// Copies the state (N, H rows) each active row had before step s into dst: from the previous
+// step's output for rows that were already running, from the initial state for rows whose
+// sequence starts here (only the reverse direction starts sequences late).
+template <typename T>
+void previous_state(const T* initial, const T* prev_step, int64_t ld_prev, int64_t rows_prev,
+                    int64_t rows, int64_t hidden, T* dst) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const T* src = r < rows_prev ? prev_step + r * ld_prev : initial + r * hidden;
+        std::memcpy(dst + r * hidden, src, sizeof(T) * hidden);
+    }
+}
+
+template <typename T>
+class BasicLoop {
+public:
+    BasicLoop(const Config& config, int64_t seq_len, int64_t batch)
+        : config_(config), seq_len_(seq_len), batch_(batch) {}
+
+    // Forward over all layers. Training when reserve is non-null.
+    void forward(const ForwardArgs<T>& args) const {
+        detail::Carver ws_carve(args.workspace);
+        Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
+        Reserve<T> rs{};
+        const bool training = args.reserve != nullptr;
+        if (training) {
+            detail::Carver rs_carve(args.reserve);
+            rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
+        }
+        detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
+        kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
+                                   ws.batch.order, ws.batch.active, ws.x_sorted);
+        const int64_t hidden = config_.hidden_size, out_width = config_.output_size();
+        const T* layer_in = ws.x_sorted;
+        T* layer_out = nullptr;
+        for (int64_t l = 0; l < config_.num_layers; ++l) {
+            layer_out = training ? rs.out + l * seq_len_ * batch_ * out_width
+                                 : (l % 2 == 0 ? ws.ping : ws.pong);
+            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                const int64_t cell = l * config_.num_directions() + d;
+                const T* h0 = args.h0.empty() ? nullptr : args.h0.data() + cell * batch_ * hidden;
+                const T* c0 = args.c0.empty() ? nullptr : args.c0.data() + cell * batch_ * hidden;
+                kernels::cpu::gather_rows(h0, batch_, hidden, ws.batch.order, ws.h);
+                kernels::cpu::gather_rows(c0, batch_, hidden, ws.batch.order, ws.c);
+                T* gates_all = training ? rs.gates + cell * seq_len_ * batch_ * 4 * hidden : nullptr;
+                T* cell_all = training ? rs.cell + cell * seq_len_ * batch_ * hidden : nullptr;
+                forward_cell(args.params.data(), l, d, ws, layer_in, layer_out, gates_all,
+                             cell_all);
+                if (!args.hn.empty())
+                    kernels::cpu::scatter_rows(ws.h, batch_, hidden, ws.batch.order,
+                                               args.hn.data() + cell * batch_ * hidden);
+                if (!args.cn.empty())
+                    kernels::cpu::scatter_rows(ws.c, batch_, hidden, ws.batch.order,
+                                               args.cn.data() + cell * batch_ * hidden);
+            }
+            layer_in = layer_out;
+        }
+        kernels::cpu::scatter_steps(layer_out, seq_len_, batch_, out_width, ws.batch.order,
+                                    ws.batch.active, args.y.data());
+    }
+
+    void backward(const BackwardArgs<T>& args) const {
+        detail::Carver ws_carve(args.workspace);
+        Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
+        detail::Carver rs_carve(args.reserve);
+        const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
+        detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
+        kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
+                                   ws.batch.order, ws.batch.active, ws.x_sorted);
+        const int64_t hidden = config_.hidden_size, out_width = config_.output_size();
+        // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
+        T* d_out = ws.ping;
+        T* d_in = ws.pong;
+        kernels::cpu::gather_steps(args.dy.data(), seq_len_, batch_, out_width, ws.batch.order,
+                                   ws.batch.active, d_out);
+        for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
+            const int64_t in_width = config_.layer_input_size(l);
+            const bool want_d_in = l > 0 || !args.dx.empty();
+            if (want_d_in) std::fill(d_in, d_in + seq_len_ * batch_ * in_width, T(0));
+            const T* layer_in =
+                l == 0 ? ws.x_sorted : rs.out + (l - 1) * seq_len_ * batch_ * out_width;
+            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                const int64_t cell = l * config_.num_directions() + d;
+                const int64_t state = cell * batch_ * hidden;
+                backward_cell(args, l, d, ws, rs, layer_in, d_out, want_d_in ? d_in : nullptr);
+                if (!args.dh0.empty())
+                    kernels::cpu::scatter_rows(ws.h, batch_, hidden, ws.batch.order,
+                                               args.dh0.data() + state);
+                if (!args.dc0.empty())
+                    kernels::cpu::scatter_rows(ws.c, batch_, hidden, ws.batch.order,
+                                               args.dc0.data() + state);
+            }
+            std::swap(d_out, d_in);
+        }
+        if (!args.dx.empty())
+            kernels::cpu::scatter_steps(d_out, seq_len_, batch_, config_.input_size,
+                                        ws.batch.order, ws.batch.active, args.dx.data());
+    }
+
+private:
+    // One direction of one layer. ws.h / ws.c hold the sorted initial state and end as the final
+    // state of every row (a row keeps its state once its sequence has ended).
+    void forward_cell(const T* params, int64_t layer, int64_t direction, const Workspace<T>& ws,
+                      const T* layer_in, T* layer_out, T* gates_all, T* cell_all) const {
+        using kernels::cpu::gemm;
+        const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
+        const int64_t in_width = config_.layer_input_size(layer);
+        const int64_t out_width = config_.output_size();
+        const CellOffsets p = cell_offsets(config_, layer, direction);
+        for (int64_t s = 0; s < seq_len_; ++s) {
+            const int64_t t = step_time(s, seq_len_, direction);
+            const int64_t rows = ws.batch.active[t];
+            const int64_t step = t * batch_;
+            T* gates = gates_all ? gates_all + step * gates_width : ws.gates;
+            T* c = cell_all ? cell_all + step * hidden : ws.c;
+            T* h = layer_out + step * out_width + direction * hidden;
+            gemm(false, true, rows, gates_width, in_width, T(1), layer_in + step * in_width,
+                 in_width, params + p.weight_ih, in_width, T(0), gates, gates_width);
+            gemm(false, true, rows, gates_width, hidden, T(1), ws.h, hidden,
+                 params + p.weight_hh, hidden, T(1), gates, gates_width);
+            kernels::cpu::add_biases(gates, rows, hidden, params + p.bias_ih, params + p.bias_hh);
+            kernels::cpu::activate_gates(gates, rows, hidden);
+            kernels::cpu::update_cell(gates, rows, hidden, ws.c, c);
+            kernels::cpu::update_hidden(gates, rows, hidden, c, h, out_width);
+            // Carry the new state; rows past `rows` keep theirs.
+            if (c != ws.c) std::memcpy(ws.c, c, sizeof(T) * rows * hidden);
+            for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(ws.h + r * hidden, h + r * out_width, sizeof(T) * hidden);
+        }
+    }
+
+    // Backward of one direction of one layer: reads d_out (this layer's output gradient), adds
+    // into d_in (this layer's input gradient, when wanted) and into dparams. Leaves the gradient
+    // w.r.t. the initial state in ws.h / ws.c.
+    void backward_cell(const BackwardArgs<T>& args, int64_t layer, int64_t direction,
+                       const Workspace<T>& ws, const Reserve<T>& rs, const T* layer_in,
+                       const T* d_out, T* d_in) const {
+        using kernels::cpu::gemm;
+        const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
+        const int64_t in_width = config_.layer_input_size(layer);
+        const int64_t out_width = config_.output_size();
+        const int64_t cell = layer * config_.num_directions() + direction;
+        const int64_t state = cell * batch_ * hidden;
+        const CellOffsets p = cell_offsets(config_, layer, direction);
+        const T* params = args.params.data();
+        T* grads = args.dparams.data();
+        const T* gates_all = rs.gates + cell * seq_len_ * batch_ * gates_width;
+        const T* cell_all = rs.cell + cell * seq_len_ * batch_ * hidden;
+        const T* out = rs.out + layer * seq_len_ * batch_ * out_width + direction * hidden;
+
+        // Initial states rebuild h_{t-1}/c_{t-1} of each sequence's first step.
+        gather_initial(args.h0, state, ws, ws.h_init);
+        gather_initial(args.c0, state, ws, ws.c_init);
+        kernels::cpu::gather_rows(args.dhn.empty() ? nullptr : args.dhn.data() + state, batch_,
+                                  hidden, ws.batch.order, ws.h);
+        kernels::cpu::gather_rows(args.dcn.empty() ? nullptr : args.dcn.data() + state, batch_,
+                                  hidden, ws.batch.order, ws.c);
+        for (int64_t s = seq_len_ - 1; s >= 0; --s) {
+            const int64_t t = step_time(s, seq_len_, direction);
+            const int64_t rows = ws.batch.active[t];
+            const int64_t step = t * batch_;
+            const T* gates = gates_all + step * gates_width;
+            const T* c = cell_all + step * hidden;
+            // h_{t-1} and c_{t-1} of the active rows.
+            const int64_t tp = s > 0 ? step_time(s - 1, seq_len_, direction) : 0;
+            const int64_t rows_prev = s > 0 ? ws.batch.active[tp] : 0;
+            previous_state(ws.h_init, out + tp * batch_ * out_width, out_width, rows_prev, rows,
+                           hidden, ws.h_prev);
+            previous_state(ws.c_init, cell_all + tp * batch_ * hidden, hidden, rows_prev, rows,
+                           hidden, ws.c_prev);
+            kernels::cpu::add_output_grad(ws.h, d_out + step * out_width + direction * hidden,
+                                          out_width, rows, hidden, ws.dh);
+            kernels::cpu::hidden_backward(gates, c, ws.dh, ws.c, rows, hidden, ws.gates, ws.dc);
+            kernels::cpu::cell_backward_pass(gates, ws.c_prev, ws.dc, rows, hidden, ws.gates, ws.c);
+            // Gradient into h_{t-1} for the active rows; inactive rows keep their carry.
+            gemm(false, false, rows, hidden, gates_width, T(1), ws.gates, gates_width,
+                 params + p.weight_hh, hidden, T(0), ws.h, hidden);
+            gemm(true, false, gates_width, hidden, rows, T(1), ws.gates, gates_width, ws.h_prev,
+                 hidden, T(1), grads + p.weight_hh, hidden);
+            gemm(true, false, gates_width, in_width, rows, T(1), ws.gates, gates_width,
+                 layer_in + step * in_width, in_width, T(1), grads + p.weight_ih, in_width);
+            kernels::cpu::add_column_sums(ws.gates, rows, gates_width, grads + p.bias_ih);
+            kernels::cpu::add_column_sums(ws.gates, rows, gates_width, grads + p.bias_hh);
+            if (d_in)
+                gemm(false, false, rows, in_width, gates_width, T(1), ws.gates, gates_width,
+                     params + p.weight_ih, in_width, T(1), d_in + step * in_width, in_width);
+        }
+    }
+
+    // dst (N, H) sorted <- the h0 or c0 slice of this cell (zeros when omitted).
+    void gather_initial(const TensorView<const T>& init, int64_t state, const Workspace<T>& ws,
+                        T* dst) const {
+        kernels::cpu::gather_rows(init.empty() ? nullptr : init.data() + state, batch_,
+                                  config_.hidden_size, ws.batch.order, dst);
+    }
+
+    const Config& config_;
+    int64_t seq_len_;
+    int64_t batch_;
+};
+
+}  // namespace basic_detail
+
+class BasicVariant final : public Variant {
+public:
+    const char* name() const override { return "basic"; }
+    Device device() const override { return Device::cpu; }
+
+    std::optional<std::string> supports(const Config&, DType) const override {
+        return std::nullopt;
+    }
+
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                           int64_t batch) const override {
+        detail::Carver carve(nullptr);
+        if (dtype == DType::f32)
+            basic_detail::carve_workspace<float>(carve, config, seq_len, batch);
+        else
+            basic_detail::carve_workspace<double>(carve, config, seq_len, batch);
+        return carve.bytes();
+    }
+
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                         int64_t batch) const override {
+        detail::Carver carve(nullptr);
+        if (dtype == DType::f32)
+            basic_detail::carve_reserve<float>(carve, config, seq_len, batch);
+        else
+            basic_detail::carve_reserve<double>(carve, config, seq_len, batch);
+        return carve.bytes();
+    }
+
+protected:
+    void run_forward(const Config& c, const ForwardArgs<float>& a) const override { fwd(c, a); }
+    void run_forward(const Config& c, const ForwardArgs<double>& a) const override { fwd(c, a); }
+    void run_backward(const Config& c, const BackwardArgs<float>& a) const override { bwd(c, a); }
+    void run_backward(const Config& c, const BackwardArgs<double>& a) const override { bwd(c, a); }
+
+private:
+    template <typename T>
+    static void fwd(const Config& config, const ForwardArgs<T>& args) {
+        basic_detail::BasicLoop<T>(config, args.x.size(0), args.x.size(1)).forward(args);
+    }
+    template <typename T>
+    static void bwd(const Config& config, const BackwardArgs<T>& args) {
+        basic_detail::BasicLoop<T>(config, args.x.size(0), args.x.size(1)).backward(args);
+    }
+};
+
+}  // namespace lstm::cpu

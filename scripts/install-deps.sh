@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency from Debian's packages. Idempotent: when everything is
+# present it prints nothing and touches nothing. The CUDA toolkit and cuDNN are not Debian
+# packages; they are used when present on the machine and skipped otherwise.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
+          nlohmann-json3-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,22 @@
+# ctest driver: install the library into a scratch prefix, then configure, build and run the
+# consumer project against that installed copy (not the source tree).
+foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR)
+    if(NOT DEFINED ${var})
+        message(FATAL_ERROR "run.cmake needs -D${var}=...")
+    endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run_step)
+    execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+        message(FATAL_ERROR "step failed (${rc}): ${ARGN}")
+    endif()
+endfunction()
+
+run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run_step(${WORK_DIR}/build/consumer)

@@ -1,0 +1,145 @@
+// Bad input raises lstm::Error whose message names the argument, what was expected and what came.
+
+#include <catch2/catch.hpp>
+
+#include "lstm/layer.hpp"
+#include "lstm/registry.hpp"
+#include "lstm/detail/aligned_buffer.hpp"
+
+using namespace lstm;
+using Catch::Contains;
+
+namespace {
+
+// A valid float problem on (T=4, N=3) whose fields each test corrupts one at a time.
+struct Problem {
+    Config config{3, 5, 2, true};
+    int64_t seq_len = 4, batch = 3;
+    std::vector<float> x = std::vector<float>(4 * 3 * 3, 0.5f);
+    std::vector<int64_t> lengths = {4, 2, 1};
+    std::vector<float> params = std::vector<float>(param_count(config), 0.1f);
+    std::vector<float> state = std::vector<float>(config.num_cells() * 3 * 5, 0.0f);
+    std::vector<float> y = std::vector<float>(4 * 3 * 10);
+    detail::AlignedBuffer workspace, reserve;
+
+    ForwardArgs<float> args(const Variant& v) {
+        ForwardArgs<float> a;
+        a.x = TensorView<const float>(x.data(), {seq_len, batch, 3});
+        a.lengths = Span<const int64_t>(lengths);
+        a.params = TensorView<const float>(params.data(), {int64_t(params.size())});
+        a.y = TensorView<float>(y.data(), {seq_len, batch, 10});
+        a.workspace_size = v.workspace_bytes(config, DType::f32, seq_len, batch);
+        a.workspace = workspace.reserve(a.workspace_size);
+        a.reserve_size = v.reserve_bytes(config, DType::f32, seq_len, batch);
+        a.reserve = reserve.reserve(a.reserve_size);
+        return a;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("forward rejects bad arguments with a message naming them", "[errors]") {
+    for (const Variant* v : variants_on(Device::cpu)) {
+        INFO("variant " << v->name());
+        Problem p;
+        {
+            auto a = p.args(*v);
+            REQUIRE_NOTHROW(v->forward(p.config, a));  // the baseline is valid
+        }
+        {
+            auto a = p.args(*v);
+            a.x = TensorView<const float>(p.x.data(), {p.seq_len, p.batch - 1, 3});
+            CHECK_THROWS_WITH(v->forward(p.config, a),
+                              Contains("lengths has 3 entries, expected N = 2"));
+            a.lengths = {};
+            CHECK_THROWS_WITH(v->forward(p.config, a),
+                              Contains("y must have shape (4, 2, 10), got (4, 3, 10)"));
+        }
+        {
+            auto a = p.args(*v);
+            a.x = TensorView<const float>(p.x.data(), {p.seq_len, 9, 1});
+            CHECK_THROWS_WITH(v->forward(p.config, a),
+                              Contains("x.size(2) = 1 does not match config.input_size = 3"));
+        }
+        {
+            p.lengths = {4, 0, 1};
+            auto a = p.args(*v);
+            CHECK_THROWS_WITH(v->forward(p.config, a), Contains("lengths[1] = 0 must be >= 1"));
+        }
+        {
+            p.lengths = {4, 2, 120};
+            auto a = p.args(*v);
+            CHECK_THROWS_WITH(v->forward(p.config, a), Contains("lengths[2] = 120 exceeds T = 4"));
+        }
+        {
+            p.lengths = {4, 2};
+            auto a = p.args(*v);
+            CHECK_THROWS_WITH(v->forward(p.config, a),
+                              Contains("lengths has 2 entries, expected N = 3"));
+            p.lengths = {4, 2, 1};
+        }
+        {
+            auto a = p.args(*v);
+            a.params = TensorView<const float>(p.params.data(), {int64_t(p.params.size()) - 1});
+            CHECK_THROWS_WITH(v->forward(p.config, a),
+                              Contains("params has 1079 elements, expected param_count(config) = 1080"));
+        }
+        {
+            auto a = p.args(*v);
+            a.h0 = TensorView<const float>(p.state.data(), {2, 3, 5});
+            CHECK_THROWS_WITH(v->forward(p.config, a),
+                              Contains("h0 must have shape (4, 3, 5), got (2, 3, 5)"));
+        }
+        {
+            auto a = p.args(*v);
+            a.workspace_size = 8;
+            CHECK_THROWS_WITH(v->forward(p.config, a), Contains("workspace needs"));
+        }
+        {
+            Config bad = p.config;
+            bad.hidden_size = 0;
+            auto a = p.args(*v);
+            CHECK_THROWS_WITH(v->forward(bad, a), Contains("config.hidden_size must be >= 1, got 0"));
+        }
+    }
+}
+
+TEST_CASE("backward requires the reserve and checks gradient shapes", "[errors]") {
+    for (const Variant* v : variants_on(Device::cpu)) {
+        INFO("variant " << v->name());
+        Problem p;
+        auto f = p.args(*v);
+        v->forward(p.config, f);
+        std::vector<float> dy(p.y.size(), 1.0f), dparams(p.params.size() + 3);
+        BackwardArgs<float> b;
+        b.x = f.x;
+        b.lengths = f.lengths;
+        b.params = f.params;
+        b.y = f.y;
+        b.dy = TensorView<const float>(dy.data(), {p.seq_len, p.batch, 10});
+        b.dparams = TensorView<float>(dparams.data(), {int64_t(dparams.size())});
+        b.workspace = f.workspace;
+        b.workspace_size = f.workspace_size;
+        b.reserve = f.reserve;
+        b.reserve_size = f.reserve_size;
+        CHECK_THROWS_WITH(v->backward(p.config, b), Contains("dparams has 1083 elements"));
+        b.dparams = TensorView<float>(dparams.data(), {int64_t(p.params.size())});
+        b.reserve = nullptr;
+        CHECK_THROWS_WITH(v->backward(p.config, b), Contains("reserve must be the buffer"));
+        b.reserve = f.reserve;
+        b.dy = TensorView<const float>(dy.data(), {p.seq_len, p.batch, 5});
+        CHECK_THROWS_WITH(v->backward(p.config, b), Contains("dy must have shape (4, 3, 10)"));
+    }
+}
+
+TEST_CASE("the registry and the layer report unknown names and misuse", "[errors]") {
+    CHECK_THROWS_WITH(find_variant("nope", Device::cpu),
+                      Contains("variant 'nope' on cpu is not built into this binary"));
+    Lstm layer(Config{3, 5, 1, false}, "basic");
+    std::vector<float> dy(2 * 1 * 5, 1.0f);
+    CHECK_THROWS_WITH(layer.backward(TensorView<const float>(dy.data(), {2, 1, 5})),
+                      Contains("needs a training forward() first"));
+    Config projected{3, 5, 1, false};
+    projected.proj_size = 2;
+    CHECK_THROWS_WITH(Lstm(projected, "basic"), Contains("config.proj_size must be 0"));
+}

@@ -1,0 +1,101 @@
+#pragma once
+
+// Shared helpers of the test suite: deterministic random data and a tolerance comparison that
+// reports the worst offenders (index, got, expected) when it fails.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace lstm::test {
+
+// Uniform values in [lo, hi) from a fixed seed, so every failure reproduces.
+template <typename T = double>
+std::vector<T> random_vector(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<T> out(n);
+    for (auto& v : out) v = static_cast<T>(dist(rng));
+    return out;
+}
+
+template <typename To, typename From>
+std::vector<To> cast_vector(const std::vector<From>& in) {
+    return std::vector<To>(in.begin(), in.end());
+}
+
+struct Comparison {
+    bool ok = true;
+    std::string report;  // empty when ok
+};
+
+// Elementwise |got - want| <= atol + rtol * |want|; NaN or Inf in `got` where `want` is finite
+// always fails. On failure the report lists the `worst` largest violations.
+template <typename A, typename B>
+Comparison compare(const std::string& what, const A* got, const B* want, size_t n, double atol,
+                   double rtol, size_t worst = 8) {
+    struct Miss {
+        size_t index;
+        double got, want, excess;
+    };
+    std::vector<Miss> misses;
+    for (size_t i = 0; i < n; ++i) {
+        const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+        const double limit = atol + rtol * std::abs(w);
+        const double err = std::abs(g - w);
+        if (!(err <= limit)) misses.push_back({i, g, w, std::isfinite(err) ? err / limit : 1e300});
+    }
+    Comparison out;
+    if (misses.empty()) return out;
+    std::sort(misses.begin(), misses.end(),
+              [](const Miss& a, const Miss& b) { return a.excess > b.excess; });
+    std::ostringstream msg;
+    msg.precision(12);
+    msg << what << ": " << misses.size() << " of " << n << " elements outside atol " << atol
+        << " + rtol " << rtol << " * |expected|; worst:\n";
+    for (size_t k = 0; k < std::min(worst, misses.size()); ++k)
+        msg << "  [" << misses[k].index << "] got " << misses[k].got << ", expected "
+            << misses[k].want << "\n";
+    out.ok = false;
+    out.report = msg.str();
+    return out;
+}
+
+template <typename A, typename B>
+Comparison compare(const std::string& what, const std::vector<A>& got, const std::vector<B>& want,
+                   double atol, double rtol) {
+    if (got.size() != want.size()) {
+        Comparison out;
+        out.ok = false;
+        out.report = what + ": size " + std::to_string(got.size()) + " vs expected " +
+                     std::to_string(want.size());
+        return out;
+    }
+    return compare(what, got.data(), want.data(), got.size(), atol, rtol);
+}
+
+// True when every element is finite.
+template <typename T>
+bool all_finite(const std::vector<T>& v) {
+    return std::all_of(v.begin(), v.end(), [](T x) { return std::isfinite(x); });
+}
+
+}  // namespace lstm::test
+
+// Fails the current Catch2 test with the comparison's report (the worst mismatches).
+#define LSTM_REQUIRE_CLOSE(cmp)              \
+    do {                                     \
+        const auto lstm_cmp_ = (cmp);        \
+        INFO(lstm_cmp_.report);              \
+        REQUIRE(lstm_cmp_.ok);               \
+    } while (0)
+#define LSTM_CHECK_CLOSE(cmp)                \
+    do {                                     \
+        const auto lstm_cmp_ = (cmp);        \
+        INFO(lstm_cmp_.report);              \
+        CHECK(lstm_cmp_.ok);                 \
+    } while (0)

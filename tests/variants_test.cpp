@@ -1,0 +1,216 @@
+// Every registered CPU variant against the double reference, in every precision it supports.
+// These tests iterate the registry: registering a variant is all it takes to have it checked.
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+
+#include "lstm/registry.hpp"
+#include "tolerance.hpp"
+#include "variant_runner.hpp"
+
+using namespace lstm;
+using namespace lstm::test;
+
+namespace {
+
+struct Shape {
+    const char* name;
+    Config config;
+    int64_t seq_len, batch;
+    std::vector<int64_t> lengths;
+    bool with_state;
+};
+
+// Odd sizes so that remainder paths run; H = 17 is not a multiple of any SIMD width.
+std::vector<Shape> shape_list() {
+    return {
+        {"uni 1 layer, equal lengths", {3, 5, 1, false}, 7, 3, {}, true},
+        {"uni 1 layer, no h0/c0", {3, 5, 1, false}, 7, 3, {}, false},
+        {"bi 1 layer, mixed lengths", {3, 5, 1, true}, 7, 3, {7, 1, 4}, true},
+        {"uni 2 layers, mixed lengths", {3, 5, 2, false}, 6, 4, {2, 6, 1, 5}, true},
+        {"bi 3 layers, mixed lengths, no state", {3, 5, 3, true}, 5, 3, {5, 3, 1}, false},
+        {"batch 1", {4, 6, 2, true}, 9, 1, {}, true},
+        {"H 17, I 11", {11, 17, 1, true}, 5, 5, {5, 4, 5, 2, 1}, true},
+        {"I 1, H 1", {1, 1, 2, true}, 4, 2, {4, 3}, true},
+    };
+}
+
+template <typename T>
+void check_against_reference(const Variant& v, const Shape& s, uint64_t seed) {
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+    const auto ref = reference::lstm_forward(c.in);
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+    // Backward accumulates: start dparams from a known vector and expect it plus the gradient.
+    const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
+    const VariantResult got = run_variant<T>(v, c, before);
+    std::vector<double> want_dparams = ref_grads.dparams;
+    for (size_t k = 0; k < before.size(); ++k)
+        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
+
+    const DType dt = dtype_of<T>();
+    const double fwd = lstm_rtol(dt, s.config, s.seq_len, Pass::forward);
+    const double bwd = lstm_rtol(dt, s.config, s.seq_len, Pass::backward);
+    INFO("variant " << v.name() << ", " << to_string(dt) << ", case: " << s.name);
+    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+}
+
+template <typename Fn>
+void for_each_cpu_variant_and_dtype(const Config& config, Fn&& fn) {
+    for (const Variant* v : variants_on(Device::cpu)) {
+        for (DType dt : {DType::f32, DType::f64}) {
+            if (v->supports(config, dt)) continue;  // the variant says why; nothing to check
+            fn(*v, dt);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("every CPU variant matches the reference", "[variants]") {
+    REQUIRE_FALSE(variants_on(Device::cpu).empty());
+    uint64_t seed = 1000;
+    for (const Shape& s : shape_list()) {
+        for_each_cpu_variant_and_dtype(s.config, [&](const Variant& v, DType dt) {
+            if (dt == DType::f32)
+                check_against_reference<float>(v, s, seed);
+            else
+                check_against_reference<double>(v, s, seed);
+        });
+        seed += 10;
+    }
+}
+
+TEST_CASE("a variable-length batch equals per-sequence runs", "[variants]") {
+    const Config config{3, 5, 2, true};
+    const std::vector<int64_t> lengths = {4, 7, 1, 6};
+    const int64_t seq_len = 7, batch = 4;
+    const LstmCase whole = make_case(config, seq_len, batch, lengths, true, 77);
+    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
+        if (dt != DType::f64) return;  // exact in fp64 up to rounding: compare at 1e-12
+        const VariantResult all = run_variant<double>(v, whole);
+        std::vector<double> dparams_sum(all.dparams.size(), 0.0);
+        const int64_t I = config.input_size, H = config.hidden_size, F = config.output_size();
+        for (int64_t n = 0; n < batch; ++n) {
+            // Sequence n alone, cut to its own length.
+            LstmCase one;
+            one.in.config = config;
+            one.in.seq_len = lengths[n];
+            one.in.batch = 1;
+            auto rows = [&](const std::vector<double>& src, int64_t steps, int64_t width,
+                            int64_t stride_batch) {
+                std::vector<double> out;
+                for (int64_t t = 0; t < steps; ++t)
+                    for (int64_t k = 0; k < width; ++k)
+                        out.push_back(src[(t * stride_batch + n) * width + k]);
+                return out;
+            };
+            one.in.x = rows(whole.in.x, lengths[n], I, batch);
+            one.in.params = whole.in.params;
+            one.in.h0 = rows(whole.in.h0, config.num_cells(), H, batch);
+            one.in.c0 = rows(whole.in.c0, config.num_cells(), H, batch);
+            one.out_grads.dy = rows(whole.out_grads.dy, lengths[n], F, batch);
+            one.out_grads.dhn = rows(whole.out_grads.dhn, config.num_cells(), H, batch);
+            one.out_grads.dcn = rows(whole.out_grads.dcn, config.num_cells(), H, batch);
+            const VariantResult single = run_variant<double>(v, one);
+            INFO("variant " << v.name() << ", sequence " << n);
+            LSTM_CHECK_CLOSE(compare("y", single.y, rows(all.y, lengths[n], F, batch), 1e-13, 1e-12));
+            LSTM_CHECK_CLOSE(
+                compare("hn", single.hn, rows(all.hn, config.num_cells(), H, batch), 1e-13, 1e-12));
+            LSTM_CHECK_CLOSE(
+                compare("cn", single.cn, rows(all.cn, config.num_cells(), H, batch), 1e-13, 1e-12));
+            LSTM_CHECK_CLOSE(compare("dx", single.dx, rows(all.dx, lengths[n], I, batch), 1e-13, 1e-12));
+            LSTM_CHECK_CLOSE(compare("dh0", single.dh0, rows(all.dh0, config.num_cells(), H, batch),
+                                     1e-13, 1e-12));
+            for (size_t k = 0; k < dparams_sum.size(); ++k) dparams_sum[k] += single.dparams[k];
+        }
+        INFO("variant " << v.name());
+        LSTM_CHECK_CLOSE(compare("dparams", all.dparams, dparams_sum, 1e-12, 1e-11));
+        // Padded positions: y and dx exactly zero.
+        for (int64_t n = 0; n < batch; ++n)
+            for (int64_t t = lengths[n]; t < seq_len; ++t) {
+                for (int64_t k = 0; k < F; ++k) CHECK(all.y[(t * batch + n) * F + k] == 0.0);
+                for (int64_t k = 0; k < I; ++k) CHECK(all.dx[(t * batch + n) * I + k] == 0.0);
+            }
+    });
+}
+
+TEST_CASE("saturated pre-activations give no NaN or Inf", "[variants]") {
+    const Config config{3, 5, 2, true};
+    for (double scale : {20.0, 100.0, 1e4}) {
+        // Inputs and weights of magnitude ~scale push every gate into saturation.
+        const LstmCase c = make_case(config, 6, 3, {6, 2, 5}, true, 500, scale);
+        const auto ref = reference::lstm_forward(c.in);
+        for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
+            const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c)
+                                                     : run_variant<double>(v, c);
+            INFO("variant " << v.name() << ", " << to_string(dt) << ", scale " << scale);
+            for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
+                CHECK(all_finite(*out));
+            // Saturated gates are exactly 0 or 1, so h stays within [-1, 1] and matches.
+            LSTM_CHECK_CLOSE(compare("y", r.y, ref.y, 1e-5, 1e-5));
+        });
+    }
+}
+
+TEST_CASE("T = 1000 stays finite and dc0 stays O(1) with a large forget bias", "[variants]") {
+    const Config config{3, 5, 1, false};
+    const int64_t seq_len = 1000, batch = 2;
+    LstmCase c = make_case(config, seq_len, batch, {}, true, 900, 0.5);
+    // Forget gate bias +5 on both biases: f ~ 0.99995, so the gradient into c0 neither explodes
+    // nor vanishes over 1000 steps; a wrong recurrence would blow it up.
+    const CellOffsets o = cell_offsets(config, 0, 0);
+    for (int64_t k = 0; k < config.hidden_size; ++k) {
+        c.in.params[o.bias_ih + config.hidden_size + k] = 5.0;
+        c.in.params[o.bias_hh + config.hidden_size + k] = 5.0;
+    }
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
+        const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c)
+                                                 : run_variant<double>(v, c);
+        INFO("variant " << v.name() << ", " << to_string(dt));
+        for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
+            CHECK(all_finite(*out));
+        CHECK(max_abs(r.dc0) < 100.0);
+        CHECK(max_abs(r.dc0) > 1e-3);
+        LSTM_CHECK_CLOSE(compare_scaled("dc0", r.dc0, ref_grads.dc0,
+                                        lstm_rtol(dt, config, seq_len, Pass::backward)));
+    });
+}
+
+TEST_CASE("both biases receive identical gradients", "[variants]") {
+    const Config config{3, 5, 2, true};
+    const LstmCase c = make_case(config, 5, 3, {5, 2, 4}, true, 321);
+    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
+        const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c)
+                                                 : run_variant<double>(v, c);
+        INFO("variant " << v.name() << ", " << to_string(dt));
+        for (int64_t l = 0; l < config.num_layers; ++l)
+            for (int64_t d = 0; d < config.num_directions(); ++d) {
+                const CellOffsets o = cell_offsets(config, l, d);
+                for (int64_t k = 0; k < 4 * config.hidden_size; ++k)
+                    CHECK(r.dparams[o.bias_ih + k] == r.dparams[o.bias_hh + k]);
+            }
+    });
+}
+
+TEST_CASE("CPU variants are bit-identical run to run", "[variants]") {
+    const Config config{7, 9, 2, true};
+    const LstmCase c = make_case(config, 12, 5, {12, 3, 9, 12, 1}, true, 4242);
+    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
+        if (dt != DType::f32) return;
+        const VariantResult a = run_variant<float>(v, c);
+        const VariantResult b = run_variant<float>(v, c);
+        INFO("variant " << v.name());
+        CHECK(a.y == b.y);
+        CHECK(a.hn == b.hn);
+        CHECK(a.dx == b.dx);
+        CHECK(a.dparams == b.dparams);
+    });
+}
