@@ -70,12 +70,10 @@ inline const std::vector<BraunScenario>& braun_scenarios() {
     const Config one_layer{kBraunInputSize, kBraunHidden, 1, false};
     const Config four_layers_bi{kBraunInputSize, kBraunHidden, 4, true};
     static const std::vector<BraunScenario> all = {
-        {"1x320-CE-short", one_layer, 64, 100, BraunLengths::all_full, BraunLoss::ce_last_step,
+        {"1x320-CE-short", one_layer, 64, 100, BraunLengths::all_full, BraunLoss::ce_last_step, 10},
+        {"1x320-CE-long", one_layer, 32, 1000, BraunLengths::all_full, BraunLoss::ce_last_step, 10},
+        {"4x320-CE-long", four_layers_bi, 32, 1000, BraunLengths::all_full, BraunLoss::ce_last_step,
          10},
-        {"1x320-CE-long", one_layer, 32, 1000, BraunLengths::all_full, BraunLoss::ce_last_step,
-         10},
-        {"4x320-CE-long", four_layers_bi, 32, 1000, BraunLengths::all_full,
-         BraunLoss::ce_last_step, 10},
         {"4x320-CTC-long", four_layers_bi, kCtcBatch, kCtcLongest, BraunLengths::ctc_linspace,
          BraunLoss::ctc, 59},
     };

@@ -10,12 +10,26 @@
 #include "lstm/error.hpp"
 #include "lstm/variant.hpp"
 #include "lstm/variants/basic.hpp"
+#include "lstm/variants/fused.hpp"
+#if LSTM_WITH_ONEDNN
+#include "lstm/variants/onednn.hpp"
+#endif
 
 namespace lstm {
 
 inline const std::vector<const Variant*>& variants() {
     static const cpu::BasicVariant basic_cpu;
-    static const std::vector<const Variant*> all = {&basic_cpu};
+    static const cpu::FusedVariant fused_cpu;
+#if LSTM_WITH_ONEDNN
+    static const cpu::OnednnVariant onednn_cpu;
+#endif
+    static const std::vector<const Variant*> all = {
+        &basic_cpu,
+        &fused_cpu,
+#if LSTM_WITH_ONEDNN
+        &onednn_cpu,
+#endif
+    };
     return all;
 }
 

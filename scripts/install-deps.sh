@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian's packages. Idempotent: when everything is
 # present it prints nothing and touches nothing. The CUDA toolkit and cuDNN are not Debian
-# packages; they are used when present on the machine and skipped otherwise.
+# packages; they are used when present on the machine and skipped otherwise. clang and its
+# compiler-rt build the libFuzzer smoke test of the safetensors reader.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
-          nlohmann-json3-dev)
+          nlohmann-json3-dev clang libclang-rt-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,14 +1,14 @@
 // Cross-entropy against a naive double log(sum(exp)) oracle, closed forms on extreme logits,
 // central finite differences for the gradient, the reductions, the padded-frame form, and errors.
 
-#include <catch2/catch.hpp>
+#include "lstm/loss/cross_entropy.hpp"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "lstm/loss/cross_entropy.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -62,7 +62,8 @@ std::vector<double> finite_difference_grad(std::vector<double> logits,
 std::vector<int64_t> random_targets(size_t n, int64_t classes, uint64_t seed) {
     const auto u = lstm::test::random_vector<double>(n, seed, 0.0, 1.0);
     std::vector<int64_t> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(u[i] * static_cast<double>(classes));
+    for (size_t i = 0; i < n; ++i)
+        out[i] = static_cast<int64_t>(u[i] * static_cast<double>(classes));
     return out;
 }
 
@@ -95,8 +96,9 @@ TEMPLATE_TEST_CASE("cross_entropy matches a naive log-sum-exp on moderate logits
     for (Reduction reduction : kReductions) {
         INFO("reduction " << lstm::loss::to_string(reduction));
         std::vector<T> losses(rows, std::numeric_limits<T>::quiet_NaN());
-        const T got = cross_entropy(TensorView<const T>(logits_t.data(), {rows, classes}), targets,
-                                    reduction, TensorView<T>{}, TensorView<T>(losses.data(), {rows}));
+        const T got =
+            cross_entropy(TensorView<const T>(logits_t.data(), {rows, classes}), targets, reduction,
+                          TensorView<T>{}, TensorView<T>(losses.data(), {rows}));
         const double want = naive_reduced(logits_rounded, targets, classes, reduction);
         CHECK(static_cast<double>(got) == Approx(want).epsilon(tol<T>()));
         LSTM_CHECK_CLOSE(lstm::test::compare("losses", losses, want_rows, tol<T>(), tol<T>()));
@@ -143,8 +145,8 @@ TEST_CASE("cross_entropy float gradient matches the double closed form", "[loss]
         double sum = 0;
         for (int64_t j = 0; j < classes; ++j) sum += std::exp(logits_d[r * classes + j]);
         for (int64_t j = 0; j < classes; ++j)
-            want[r * classes + j] = (std::exp(logits_d[r * classes + j]) / sum -
-                                     (j == targets[r] ? 1.0 : 0.0)) / rows;
+            want[r * classes + j] =
+                (std::exp(logits_d[r * classes + j]) / sum - (j == targets[r] ? 1.0 : 0.0)) / rows;
     }
     LSTM_CHECK_CLOSE(lstm::test::compare("grad", grad, want, 1e-8, 1e-5));
 }
@@ -166,8 +168,8 @@ TEMPLATE_TEST_CASE("cross_entropy stays finite and exact on extreme logits", "[l
     CHECK(grad == std::vector<T>{T(-0.5), T(0.5)});
     CHECK(static_cast<double>(one_row<T>({T(-1e4), T(-1e4), T(-1e4)}, 2, grad)) ==
           Approx(std::log(3.0)).epsilon(tol<T>()));
-    LSTM_CHECK_CLOSE(lstm::test::compare("grad", grad, std::vector<double>{1.0 / 3, 1.0 / 3, -2.0 / 3},
-                                         tol<T>(), tol<T>()));
+    LSTM_CHECK_CLOSE(lstm::test::compare(
+        "grad", grad, std::vector<double>{1.0 / 3, 1.0 / 3, -2.0 / 3}, tol<T>(), tol<T>()));
     // A difference of 1 on top of 1e4: log(1 + e^-1) = softplus(-1), kept to full precision.
     CHECK(static_cast<double>(one_row<T>({T(1e4), T(1e4 - 1)}, 0, grad)) ==
           Approx(std::log1p(std::exp(-1.0))).epsilon(tol<T>()));
@@ -176,7 +178,8 @@ TEMPLATE_TEST_CASE("cross_entropy stays finite and exact on extreme logits", "[l
                                          tol<T>(), tol<T>()));
 }
 
-TEMPLATE_TEST_CASE("cross_entropy reductions on uniform logits give ln C", "[loss]", float, double) {
+TEMPLATE_TEST_CASE("cross_entropy reductions on uniform logits give ln C", "[loss]", float,
+                   double) {
     using T = TestType;
     const int64_t rows = 4, classes = 10;
     std::vector<T> logits(rows * classes, T(0.25)), grad(rows * classes), losses(rows);
@@ -233,15 +236,15 @@ TEMPLATE_TEST_CASE("cross_entropy_frames skips padded frames and equals the row 
         INFO("reduction " << lstm::loss::to_string(reduction));
         std::vector<T> grad(logits.size(), nan), losses(steps * batch, nan);
         const T got = cross_entropy_frames(
-            TensorView<const T>(logits.data(), {steps, batch, classes}), lengths, targets, reduction,
-            TensorView<T>(grad.data(), {steps, batch, classes}),
+            TensorView<const T>(logits.data(), {steps, batch, classes}), lengths, targets,
+            reduction, TensorView<T>(grad.data(), {steps, batch, classes}),
             TensorView<T>(losses.data(), {steps, batch}));
 
         std::vector<T> row_grad(valid_logits.size(), nan), row_losses(valid, nan);
-        const T want = cross_entropy(TensorView<const T>(valid_logits.data(), {valid, classes}),
-                                     valid_targets, reduction,
-                                     TensorView<T>(row_grad.data(), {valid, classes}),
-                                     TensorView<T>(row_losses.data(), {valid}));
+        const T want =
+            cross_entropy(TensorView<const T>(valid_logits.data(), {valid, classes}), valid_targets,
+                          reduction, TensorView<T>(row_grad.data(), {valid, classes}),
+                          TensorView<T>(row_losses.data(), {valid}));
         CHECK(static_cast<double>(got) == Approx(static_cast<double>(want)).epsilon(tol<T>()));
         // Mean divides by the 8 valid frames, not by T * N = 15.
         const double oracle = naive_reduced(lstm::test::cast_vector<double>(valid_logits),
@@ -350,12 +353,11 @@ TEST_CASE("cross_entropy rejects bad targets and shapes with messages naming the
     CHECK_THROWS_WITH(
         cross_entropy(x, targets, Reduction::sum, TensorView<double>(grad.data(), {rows, 9})),
         Catch::Contains("grad must have shape (4, 10), got (4, 9)"));
-    CHECK_THROWS_WITH(cross_entropy(x, targets, Reduction::sum, g,
-                                    TensorView<double>(losses.data(), {rows - 1})),
-                      Catch::Contains("losses must have shape (4), got (3)"));
     CHECK_THROWS_WITH(
-        cross_entropy(TensorView<double>(logits.data(), {rows * classes}), targets),
-        Catch::Contains("logits must have rank 2"));
+        cross_entropy(x, targets, Reduction::sum, g, TensorView<double>(losses.data(), {rows - 1})),
+        Catch::Contains("losses must have shape (4), got (3)"));
+    CHECK_THROWS_WITH(cross_entropy(TensorView<double>(logits.data(), {rows * classes}), targets),
+                      Catch::Contains("logits must have rank 2"));
 }
 
 TEST_CASE("cross_entropy_frames rejects bad lengths and valid-frame targets", "[loss]") {

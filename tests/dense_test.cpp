@@ -2,16 +2,16 @@
 // and PyTorch's initialization bound; the last-step gather/scatter; and a whole classification
 // head (last step -> Dense -> cross-entropy) differentiated end to end.
 
-#include <catch2/catch.hpp>
+#include "lstm/nn/dense.hpp"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "lstm/loss/cross_entropy.hpp"
-#include "lstm/nn/dense.hpp"
 #include "lstm/nn/sequence.hpp"
 #include "test_util.hpp"
 
@@ -60,7 +60,8 @@ TEMPLATE_TEST_CASE("Dense forward matches naive loops with and without bias", "[
         dense.reset_parameters(3);
         const auto x = lstm::test::random_vector<T>(rows * in, 4);
         std::vector<T> y(rows * out, std::numeric_limits<T>::quiet_NaN());
-        dense.forward(TensorView<const T>(x.data(), {rows, in}), TensorView<T>(y.data(), {rows, out}));
+        dense.forward(TensorView<const T>(x.data(), {rows, in}),
+                      TensorView<T>(y.data(), {rows, out}));
         const auto want = naive_dense(to_vector(dense.parameters()), bias, in, out, x, rows);
         const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-15;
         LSTM_CHECK_CLOSE(lstm::test::compare("y", y, want, tol, tol));
@@ -68,7 +69,8 @@ TEMPLATE_TEST_CASE("Dense forward matches naive loops with and without bias", "[
 }
 
 TEST_CASE("Dense forward follows torch.nn.Linear's layout on a hand-computed case", "[nn]") {
-    // weight [[1, 2], [3, 4], [5, 6]] (out 3, in 2), then bias [0.5, -1, 2], as Linear.parameters().
+    // weight [[1, 2], [3, 4], [5, 6]] (out 3, in 2), then bias [0.5, -1, 2], as
+    // Linear.parameters().
     Dense<double> dense(2, 3, true);
     REQUIRE(dense.parameter_count() == 9);
     const std::vector<double> params = {1, 2, 3, 4, 5, 6, 0.5, -1, 2};
@@ -122,8 +124,8 @@ TEST_CASE("Dense backward matches central finite differences in double", "[nn]")
             x[i] = saved;
             fd_x[i] = (up - down) / (2 * h);
         }
-        LSTM_CHECK_CLOSE(lstm::test::compare("dparams", to_vector(dense.gradients()), fd_params,
-                                             1e-9, 1e-7));
+        LSTM_CHECK_CLOSE(
+            lstm::test::compare("dparams", to_vector(dense.gradients()), fd_params, 1e-9, 1e-7));
         LSTM_CHECK_CLOSE(lstm::test::compare("dx", dx, fd_x, 1e-9, 1e-7));
     }
 }
@@ -153,8 +155,8 @@ TEMPLATE_TEST_CASE("Dense backward accumulates into the gradient buffer", "[nn]"
 
     dense.backward(xv, dyv);
     for (double& w : want) w *= 2;
-    LSTM_CHECK_CLOSE(lstm::test::compare("two backwards", to_vector(dense.gradients()), want, tol,
-                                         tol));
+    LSTM_CHECK_CLOSE(
+        lstm::test::compare("two backwards", to_vector(dense.gradients()), want, tol, tol));
     dense.zero_grad();
     for (T g : dense.gradients()) CHECK(g == T(0));
 }
@@ -194,16 +196,16 @@ TEST_CASE("Dense rejects mismatched shapes with messages naming the argument", "
     CHECK(dense.bias().empty());
     CHECK(dense.parameter_count() == 12);
     std::vector<float> x(2 * 4), y(2 * 3), dx(2 * 4);
-    CHECK_THROWS_WITH(dense.forward(TensorView<float>(x.data(), {2, 4}),
-                                    TensorView<float>(y.data(), {3, 2})),
-                      Catch::Contains("y must have shape (2, 3), got (3, 2)"));
-    CHECK_THROWS_WITH(dense.forward(TensorView<float>(x.data(), {4, 2}),
-                                    TensorView<float>(y.data(), {4, 3})),
-                      Catch::Contains("x must have shape (4, 4), got (4, 2)"));
-    CHECK_THROWS_WITH(dense.backward(TensorView<float>(x.data(), {2, 4}),
-                                     TensorView<float>(y.data(), {2, 3}),
-                                     TensorView<float>(dx.data(), {4, 2})),
-                      Catch::Contains("dx must have shape (2, 4), got (4, 2)"));
+    CHECK_THROWS_WITH(
+        dense.forward(TensorView<float>(x.data(), {2, 4}), TensorView<float>(y.data(), {3, 2})),
+        Catch::Contains("y must have shape (2, 3), got (3, 2)"));
+    CHECK_THROWS_WITH(
+        dense.forward(TensorView<float>(x.data(), {4, 2}), TensorView<float>(y.data(), {4, 3})),
+        Catch::Contains("x must have shape (4, 4), got (4, 2)"));
+    CHECK_THROWS_WITH(
+        dense.backward(TensorView<float>(x.data(), {2, 4}), TensorView<float>(y.data(), {2, 3}),
+                       TensorView<float>(dx.data(), {4, 2})),
+        Catch::Contains("dx must have shape (2, 4), got (4, 2)"));
     CHECK_THROWS_WITH(Dense<float>(0, 3), Catch::Contains("in_features must be >= 1, got 0"));
 }
 
@@ -309,8 +311,8 @@ TEST_CASE("A last-step classification head matches finite differences end to end
         fd_params[i] = (up - down) / (2 * h);
     }
     LSTM_CHECK_CLOSE(lstm::test::compare("dy", dy, fd_y, 1e-9, 1e-6));
-    LSTM_CHECK_CLOSE(lstm::test::compare("dparams", to_vector(head.gradients()), fd_params, 1e-9,
-                                         1e-6));
+    LSTM_CHECK_CLOSE(
+        lstm::test::compare("dparams", to_vector(head.gradients()), fd_params, 1e-9, 1e-6));
     // Padded and non-final steps get exactly zero.
     for (int64_t t = 0; t < steps; ++t)
         for (int64_t n = 0; n < batch; ++n)

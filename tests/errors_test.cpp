@@ -2,9 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/registry.hpp"
-#include "lstm/detail/aligned_buffer.hpp"
 
 using namespace lstm;
 using Catch::Contains;
@@ -16,7 +16,7 @@ struct Problem {
     Config config{3, 5, 2, true};
     int64_t seq_len = 4, batch = 3;
     std::vector<float> x = std::vector<float>(4 * 3 * 3, 0.5f);
-    std::vector<int64_t> lengths = {4, 2, 1};
+    std::vector<int64_t> lengths = {4, 4, 4};  // equal: valid for every variant
     std::vector<float> params = std::vector<float>(param_count(config), 0.1f);
     std::vector<float> state = std::vector<float>(config.num_cells() * 3 * 5, 0.0f);
     std::vector<float> y = std::vector<float>(4 * 3 * 10);
@@ -76,13 +76,14 @@ TEST_CASE("forward rejects bad arguments with a message naming them", "[errors]"
             auto a = p.args(*v);
             CHECK_THROWS_WITH(v->forward(p.config, a),
                               Contains("lengths has 2 entries, expected N = 3"));
-            p.lengths = {4, 2, 1};
+            p.lengths = {4, 4, 4};
         }
         {
             auto a = p.args(*v);
             a.params = TensorView<const float>(p.params.data(), {int64_t(p.params.size()) - 1});
-            CHECK_THROWS_WITH(v->forward(p.config, a),
-                              Contains("params has 1079 elements, expected param_count(config) = 1080"));
+            CHECK_THROWS_WITH(
+                v->forward(p.config, a),
+                Contains("params has 1079 elements, expected param_count(config) = 1080"));
         }
         {
             auto a = p.args(*v);
@@ -99,7 +100,8 @@ TEST_CASE("forward rejects bad arguments with a message naming them", "[errors]"
             Config bad = p.config;
             bad.hidden_size = 0;
             auto a = p.args(*v);
-            CHECK_THROWS_WITH(v->forward(bad, a), Contains("config.hidden_size must be >= 1, got 0"));
+            CHECK_THROWS_WITH(v->forward(bad, a),
+                              Contains("config.hidden_size must be >= 1, got 0"));
         }
     }
 }

@@ -2,14 +2,14 @@
 // leading dimensions wider than the rows they hold, and BLAS's alpha/beta rules (beta = 0 never
 // reads C; alpha = 0 or k = 0 never reads A or B).
 
-#include <catch2/catch.hpp>
+#include "kernels/cpu/gemm.hpp"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/gemm.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -92,18 +92,20 @@ void check_case(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, dou
     INFO("trans_a " << trans_a << " trans_b " << trans_b << " m " << m << " n " << n << " k " << k
                     << " alpha " << alpha << " beta " << beta << " pad " << pad);
     const auto a = trans_a ? make_strided<T>(k, m, pad, seed) : make_strided<T>(m, k, pad, seed);
-    const auto b =
-        trans_b ? make_strided<T>(n, k, pad + 1, seed + 1) : make_strided<T>(k, n, pad + 1, seed + 1);
+    const auto b = trans_b ? make_strided<T>(n, k, pad + 1, seed + 1)
+                           : make_strided<T>(k, n, pad + 1, seed + 1);
     auto c = make_strided<T>(m, n, pad + 2, seed + 2);
     if (beta == 0) {
         // C may be garbage when beta is zero; NaN makes any read of it visible.
         for (int64_t r = 0; r < m; ++r)
-            for (int64_t col = 0; col < n; ++col) c.at(r, col) = std::numeric_limits<T>::quiet_NaN();
+            for (int64_t col = 0; col < n; ++col)
+                c.at(r, col) = std::numeric_limits<T>::quiet_NaN();
     }
     const auto want = naive_gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     gemm<T>(trans_a, trans_b, m, n, k, T(alpha), a.data.data(), a.ld, b.data.data(), b.ld, T(beta),
             c.data.data(), c.ld);
-    LSTM_REQUIRE_CLOSE(lstm::test::compare("C", dense_part(c), want, gemm_atol<T>(k), gemm_rtol<T>()));
+    LSTM_REQUIRE_CLOSE(
+        lstm::test::compare("C", dense_part(c), want, gemm_atol<T>(k), gemm_rtol<T>()));
     REQUIRE(padding_untouched(c));
 }
 

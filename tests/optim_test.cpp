@@ -1,14 +1,14 @@
 // SGD and Adam against independent scalar re-implementations of torch.optim's formulas in double,
 // Adam's first-step fact (each parameter moves by lr * sign(grad), up to eps), and bad input.
 
-#include <catch2/catch.hpp>
+#include "lstm/nn/optim.hpp"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "lstm/nn/optim.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -75,7 +75,8 @@ void run_against_oracle(const Options& options, int steps, double tol) {
             // Copied in place: the optimizer holds a span of this very storage.
             const auto g = lstm::test::random_vector<T>(sizes[b], 1000 * (s + 1) + b, -2.0, 2.0);
             std::copy(g.begin(), g.end(), grads[b].begin());
-            for (size_t i = 0; i < sizes[b]; ++i) oracles[b][i].step(static_cast<double>(grads[b][i]));
+            for (size_t i = 0; i < sizes[b]; ++i)
+                oracles[b][i].step(static_cast<double>(grads[b][i]));
         }
         opt.step();
         for (size_t b = 0; b < 2; ++b) {
@@ -97,7 +98,8 @@ double optim_tol() {
 TEMPLATE_TEST_CASE("Sgd follows PyTorch's update rule over several steps", "[nn]", float, double) {
     using T = TestType;
     SECTION("plain") {
-        run_against_oracle<T, Sgd<T>, ScalarSgd>(SgdOptions{0.1, 0, 0, 0, false}, 6, optim_tol<T>());
+        run_against_oracle<T, Sgd<T>, ScalarSgd>(SgdOptions{0.1, 0, 0, 0, false}, 6,
+                                                 optim_tol<T>());
     }
     SECTION("momentum: the first step seeds the buffer with the gradient") {
         run_against_oracle<T, Sgd<T>, ScalarSgd>(SgdOptions{0.05, 0.9, 0, 0, false}, 6,
@@ -113,8 +115,8 @@ TEMPLATE_TEST_CASE("Sgd follows PyTorch's update rule over several steps", "[nn]
     }
 }
 
-TEMPLATE_TEST_CASE("Adam follows PyTorch's bias-corrected update over several steps", "[nn]",
-                   float, double) {
+TEMPLATE_TEST_CASE("Adam follows PyTorch's bias-corrected update over several steps", "[nn]", float,
+                   double) {
     using T = TestType;
     SECTION("defaults") {
         run_against_oracle<T, Adam<T>, ScalarAdam>(AdamOptions{}, 8, optim_tol<T>());
@@ -125,7 +127,7 @@ TEMPLATE_TEST_CASE("Adam follows PyTorch's bias-corrected update over several st
     }
 }
 
-TEMPLATE_TEST_CASE("Adam's first step moves each parameter by lr * sign(grad)", "[nn]", float,
+TEMPLATE_TEST_CASE("Adam's first step moves each parameter by lr times sign(grad)", "[nn]", float,
                    double) {
     // After one step m_hat = g and v_hat = g^2, so the update is lr * g / (|g| + eps): lr times
     // the sign of g up to a relative eps / |g| (Kingma & Ba, section 2.1).
@@ -147,7 +149,8 @@ TEMPLATE_TEST_CASE("Adam's first step moves each parameter by lr * sign(grad)", 
         const double g = static_cast<double>(grads[i]);
         const double want = g < 0 ? lr : -lr;
         INFO("grad " << g);
-        CHECK(std::abs(static_cast<double>(params[i]) - want) <= lr * (eps / std::abs(g) + rounding));
+        CHECK(std::abs(static_cast<double>(params[i]) - want) <=
+              lr * (eps / std::abs(g) + rounding));
     }
 
     // A buffer added later keeps its own step count: its first step is again lr * sign(grad).

@@ -37,8 +37,7 @@ std::vector<Shape> shape_list() {
 }
 
 template <typename T>
-void check_against_reference(const Variant& v, const Shape& s, uint64_t seed) {
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+void check_against_reference(const Variant& v, const Shape& s, const LstmCase& c, uint64_t seed) {
     const auto ref = reference::lstm_forward(c.in);
     const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
     // Backward accumulates: start dparams from a known vector and expect it plus the gradient.
@@ -61,12 +60,23 @@ void check_against_reference(const Variant& v, const Shape& s, uint64_t seed) {
     LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
 }
 
+// Calls fn(variant, dtype, case) for every CPU variant and precision that accepts the problem.
+// A variant that cannot take per-sequence lengths (supports_variable_lengths() says why) gets the
+// same case with every sequence at full length, unless the lengths are the point of the test.
+enum class Lengths { may_equalize, required };
+
 template <typename Fn>
-void for_each_cpu_variant_and_dtype(const Config& config, Fn&& fn) {
+void for_each_cpu_variant_and_dtype(const LstmCase& c, Lengths policy, Fn&& fn) {
+    const bool variable =
+        detail::has_variable_lengths(Span<const int64_t>(c.in.lengths), c.in.seq_len);
+    LstmCase equalized = c;
+    equalized.in.lengths.clear();
     for (const Variant* v : variants_on(Device::cpu)) {
+        const bool refuses = variable && v->supports_variable_lengths().has_value();
+        if (refuses && policy == Lengths::required) continue;
         for (DType dt : {DType::f32, DType::f64}) {
-            if (v->supports(config, dt)) continue;  // the variant says why; nothing to check
-            fn(*v, dt);
+            if (v->supports(c.in.config, dt)) continue;
+            fn(*v, dt, refuses ? equalized : c);
         }
     }
 }
@@ -77,12 +87,14 @@ TEST_CASE("every CPU variant matches the reference", "[variants]") {
     REQUIRE_FALSE(variants_on(Device::cpu).empty());
     uint64_t seed = 1000;
     for (const Shape& s : shape_list()) {
-        for_each_cpu_variant_and_dtype(s.config, [&](const Variant& v, DType dt) {
-            if (dt == DType::f32)
-                check_against_reference<float>(v, s, seed);
-            else
-                check_against_reference<double>(v, s, seed);
-        });
+        const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+        for_each_cpu_variant_and_dtype(c, Lengths::may_equalize,
+                                       [&](const Variant& v, DType dt, const LstmCase& used) {
+                                           if (dt == DType::f32)
+                                               check_against_reference<float>(v, s, used, seed);
+                                           else
+                                               check_against_reference<double>(v, s, used, seed);
+                                       });
         seed += 10;
     }
 }
@@ -92,53 +104,56 @@ TEST_CASE("a variable-length batch equals per-sequence runs", "[variants]") {
     const std::vector<int64_t> lengths = {4, 7, 1, 6};
     const int64_t seq_len = 7, batch = 4;
     const LstmCase whole = make_case(config, seq_len, batch, lengths, true, 77);
-    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
-        if (dt != DType::f64) return;  // exact in fp64 up to rounding: compare at 1e-12
-        const VariantResult all = run_variant<double>(v, whole);
-        std::vector<double> dparams_sum(all.dparams.size(), 0.0);
-        const int64_t I = config.input_size, H = config.hidden_size, F = config.output_size();
-        for (int64_t n = 0; n < batch; ++n) {
-            // Sequence n alone, cut to its own length.
-            LstmCase one;
-            one.in.config = config;
-            one.in.seq_len = lengths[n];
-            one.in.batch = 1;
-            auto rows = [&](const std::vector<double>& src, int64_t steps, int64_t width,
-                            int64_t stride_batch) {
-                std::vector<double> out;
-                for (int64_t t = 0; t < steps; ++t)
-                    for (int64_t k = 0; k < width; ++k)
-                        out.push_back(src[(t * stride_batch + n) * width + k]);
-                return out;
-            };
-            one.in.x = rows(whole.in.x, lengths[n], I, batch);
-            one.in.params = whole.in.params;
-            one.in.h0 = rows(whole.in.h0, config.num_cells(), H, batch);
-            one.in.c0 = rows(whole.in.c0, config.num_cells(), H, batch);
-            one.out_grads.dy = rows(whole.out_grads.dy, lengths[n], F, batch);
-            one.out_grads.dhn = rows(whole.out_grads.dhn, config.num_cells(), H, batch);
-            one.out_grads.dcn = rows(whole.out_grads.dcn, config.num_cells(), H, batch);
-            const VariantResult single = run_variant<double>(v, one);
-            INFO("variant " << v.name() << ", sequence " << n);
-            LSTM_CHECK_CLOSE(compare("y", single.y, rows(all.y, lengths[n], F, batch), 1e-13, 1e-12));
-            LSTM_CHECK_CLOSE(
-                compare("hn", single.hn, rows(all.hn, config.num_cells(), H, batch), 1e-13, 1e-12));
-            LSTM_CHECK_CLOSE(
-                compare("cn", single.cn, rows(all.cn, config.num_cells(), H, batch), 1e-13, 1e-12));
-            LSTM_CHECK_CLOSE(compare("dx", single.dx, rows(all.dx, lengths[n], I, batch), 1e-13, 1e-12));
-            LSTM_CHECK_CLOSE(compare("dh0", single.dh0, rows(all.dh0, config.num_cells(), H, batch),
-                                     1e-13, 1e-12));
-            for (size_t k = 0; k < dparams_sum.size(); ++k) dparams_sum[k] += single.dparams[k];
-        }
-        INFO("variant " << v.name());
-        LSTM_CHECK_CLOSE(compare("dparams", all.dparams, dparams_sum, 1e-12, 1e-11));
-        // Padded positions: y and dx exactly zero.
-        for (int64_t n = 0; n < batch; ++n)
-            for (int64_t t = lengths[n]; t < seq_len; ++t) {
-                for (int64_t k = 0; k < F; ++k) CHECK(all.y[(t * batch + n) * F + k] == 0.0);
-                for (int64_t k = 0; k < I; ++k) CHECK(all.dx[(t * batch + n) * I + k] == 0.0);
+    for_each_cpu_variant_and_dtype(
+        whole, Lengths::required, [&](const Variant& v, DType dt, const LstmCase&) {
+            if (dt != DType::f64) return;  // exact in fp64 up to rounding: compare at 1e-12
+            const VariantResult all = run_variant<double>(v, whole);
+            std::vector<double> dparams_sum(all.dparams.size(), 0.0);
+            const int64_t I = config.input_size, H = config.hidden_size, F = config.output_size();
+            for (int64_t n = 0; n < batch; ++n) {
+                // Sequence n alone, cut to its own length.
+                LstmCase one;
+                one.in.config = config;
+                one.in.seq_len = lengths[n];
+                one.in.batch = 1;
+                auto rows = [&](const std::vector<double>& src, int64_t steps, int64_t width,
+                                int64_t stride_batch) {
+                    std::vector<double> out;
+                    for (int64_t t = 0; t < steps; ++t)
+                        for (int64_t k = 0; k < width; ++k)
+                            out.push_back(src[(t * stride_batch + n) * width + k]);
+                    return out;
+                };
+                one.in.x = rows(whole.in.x, lengths[n], I, batch);
+                one.in.params = whole.in.params;
+                one.in.h0 = rows(whole.in.h0, config.num_cells(), H, batch);
+                one.in.c0 = rows(whole.in.c0, config.num_cells(), H, batch);
+                one.out_grads.dy = rows(whole.out_grads.dy, lengths[n], F, batch);
+                one.out_grads.dhn = rows(whole.out_grads.dhn, config.num_cells(), H, batch);
+                one.out_grads.dcn = rows(whole.out_grads.dcn, config.num_cells(), H, batch);
+                const VariantResult single = run_variant<double>(v, one);
+                INFO("variant " << v.name() << ", sequence " << n);
+                LSTM_CHECK_CLOSE(
+                    compare("y", single.y, rows(all.y, lengths[n], F, batch), 1e-13, 1e-12));
+                LSTM_CHECK_CLOSE(compare("hn", single.hn,
+                                         rows(all.hn, config.num_cells(), H, batch), 1e-13, 1e-12));
+                LSTM_CHECK_CLOSE(compare("cn", single.cn,
+                                         rows(all.cn, config.num_cells(), H, batch), 1e-13, 1e-12));
+                LSTM_CHECK_CLOSE(
+                    compare("dx", single.dx, rows(all.dx, lengths[n], I, batch), 1e-13, 1e-12));
+                LSTM_CHECK_CLOSE(compare(
+                    "dh0", single.dh0, rows(all.dh0, config.num_cells(), H, batch), 1e-13, 1e-12));
+                for (size_t k = 0; k < dparams_sum.size(); ++k) dparams_sum[k] += single.dparams[k];
             }
-    });
+            INFO("variant " << v.name());
+            LSTM_CHECK_CLOSE(compare("dparams", all.dparams, dparams_sum, 1e-12, 1e-11));
+            // Padded positions: y and dx exactly zero.
+            for (int64_t n = 0; n < batch; ++n)
+                for (int64_t t = lengths[n]; t < seq_len; ++t) {
+                    for (int64_t k = 0; k < F; ++k) CHECK(all.y[(t * batch + n) * F + k] == 0.0);
+                    for (int64_t k = 0; k < I; ++k) CHECK(all.dx[(t * batch + n) * I + k] == 0.0);
+                }
+        });
 }
 
 TEST_CASE("saturated pre-activations give no NaN or Inf", "[variants]") {
@@ -146,16 +161,17 @@ TEST_CASE("saturated pre-activations give no NaN or Inf", "[variants]") {
     for (double scale : {20.0, 100.0, 1e4}) {
         // Inputs and weights of magnitude ~scale push every gate into saturation.
         const LstmCase c = make_case(config, 6, 3, {6, 2, 5}, true, 500, scale);
-        const auto ref = reference::lstm_forward(c.in);
-        for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
-            const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c)
-                                                     : run_variant<double>(v, c);
-            INFO("variant " << v.name() << ", " << to_string(dt) << ", scale " << scale);
-            for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
-                CHECK(all_finite(*out));
-            // Saturated gates are exactly 0 or 1, so h stays within [-1, 1] and matches.
-            LSTM_CHECK_CLOSE(compare("y", r.y, ref.y, 1e-5, 1e-5));
-        });
+        for_each_cpu_variant_and_dtype(
+            c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase& used) {
+                const auto ref = reference::lstm_forward(used.in);
+                const VariantResult r =
+                    dt == DType::f32 ? run_variant<float>(v, used) : run_variant<double>(v, used);
+                INFO("variant " << v.name() << ", " << to_string(dt) << ", scale " << scale);
+                for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
+                    CHECK(all_finite(*out));
+                // Saturated gates are exactly 0 or 1, so h stays within [-1, 1] and matches.
+                LSTM_CHECK_CLOSE(compare("y", r.y, ref.y, 1e-5, 1e-5));
+            });
     }
 }
 
@@ -171,46 +187,49 @@ TEST_CASE("T = 1000 stays finite and dc0 stays O(1) with a large forget bias", "
         c.in.params[o.bias_hh + config.hidden_size + k] = 5.0;
     }
     const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
-    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
-        const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c)
-                                                 : run_variant<double>(v, c);
-        INFO("variant " << v.name() << ", " << to_string(dt));
-        for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
-            CHECK(all_finite(*out));
-        CHECK(max_abs(r.dc0) < 100.0);
-        CHECK(max_abs(r.dc0) > 1e-3);
-        LSTM_CHECK_CLOSE(compare_scaled("dc0", r.dc0, ref_grads.dc0,
-                                        lstm_rtol(dt, config, seq_len, Pass::backward)));
-    });
+    for_each_cpu_variant_and_dtype(
+        c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase&) {
+            const VariantResult r =
+                dt == DType::f32 ? run_variant<float>(v, c) : run_variant<double>(v, c);
+            INFO("variant " << v.name() << ", " << to_string(dt));
+            for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
+                CHECK(all_finite(*out));
+            CHECK(max_abs(r.dc0) < 100.0);
+            CHECK(max_abs(r.dc0) > 1e-3);
+            LSTM_CHECK_CLOSE(compare_scaled("dc0", r.dc0, ref_grads.dc0,
+                                            lstm_rtol(dt, config, seq_len, Pass::backward)));
+        });
 }
 
 TEST_CASE("both biases receive identical gradients", "[variants]") {
     const Config config{3, 5, 2, true};
     const LstmCase c = make_case(config, 5, 3, {5, 2, 4}, true, 321);
-    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
-        const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c)
-                                                 : run_variant<double>(v, c);
-        INFO("variant " << v.name() << ", " << to_string(dt));
-        for (int64_t l = 0; l < config.num_layers; ++l)
-            for (int64_t d = 0; d < config.num_directions(); ++d) {
-                const CellOffsets o = cell_offsets(config, l, d);
-                for (int64_t k = 0; k < 4 * config.hidden_size; ++k)
-                    CHECK(r.dparams[o.bias_ih + k] == r.dparams[o.bias_hh + k]);
-            }
-    });
+    for_each_cpu_variant_and_dtype(
+        c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase& used) {
+            const VariantResult r =
+                dt == DType::f32 ? run_variant<float>(v, used) : run_variant<double>(v, used);
+            INFO("variant " << v.name() << ", " << to_string(dt));
+            for (int64_t l = 0; l < config.num_layers; ++l)
+                for (int64_t d = 0; d < config.num_directions(); ++d) {
+                    const CellOffsets o = cell_offsets(config, l, d);
+                    for (int64_t k = 0; k < 4 * config.hidden_size; ++k)
+                        CHECK(r.dparams[o.bias_ih + k] == r.dparams[o.bias_hh + k]);
+                }
+        });
 }
 
 TEST_CASE("CPU variants are bit-identical run to run", "[variants]") {
     const Config config{7, 9, 2, true};
     const LstmCase c = make_case(config, 12, 5, {12, 3, 9, 12, 1}, true, 4242);
-    for_each_cpu_variant_and_dtype(config, [&](const Variant& v, DType dt) {
-        if (dt != DType::f32) return;
-        const VariantResult a = run_variant<float>(v, c);
-        const VariantResult b = run_variant<float>(v, c);
-        INFO("variant " << v.name());
-        CHECK(a.y == b.y);
-        CHECK(a.hn == b.hn);
-        CHECK(a.dx == b.dx);
-        CHECK(a.dparams == b.dparams);
-    });
+    for_each_cpu_variant_and_dtype(c, Lengths::may_equalize,
+                                   [&](const Variant& v, DType dt, const LstmCase& used) {
+                                       if (dt != DType::f32) return;
+                                       const VariantResult a = run_variant<float>(v, used);
+                                       const VariantResult b = run_variant<float>(v, used);
+                                       INFO("variant " << v.name());
+                                       CHECK(a.y == b.y);
+                                       CHECK(a.hn == b.hn);
+                                       CHECK(a.dx == b.dx);
+                                       CHECK(a.dparams == b.dparams);
+                                   });
 }

@@ -42,12 +42,12 @@ T cross_entropy_row(int64_t classes, const T* logits, int64_t target, T scale, T
 // grad row = scale * (softmax - onehot(targets[r])) (when grad is non-null); invalid rows get
 // exactly zero loss and zero gradient and their targets are never read. All outputs are
 // overwritten. Returns the sum of the valid rows' losses in double, so that the total of many
-// float rows keeps its digits until the caller's reduction. For plain (M, C) logits pass batch = rows and
-// lengths = nullptr. Serial on purpose: the result is bit-identical run to run, and the LSTM,
-// not this pass, dominates a training step.
+// float rows keeps its digits until the caller's reduction. For plain (M, C) logits pass batch =
+// rows and lengths = nullptr. Serial on purpose: the result is bit-identical run to run, and the
+// LSTM, not this pass, dominates a training step.
 template <typename T>
 double cross_entropy_rows(int64_t rows, int64_t classes, int64_t batch, const int64_t* lengths,
-                     const T* logits, const int64_t* targets, T scale, T* losses, T* grad) {
+                          const T* logits, const int64_t* targets, T scale, T* losses, T* grad) {
     double total = 0;
     for (int64_t r = 0; r < rows; ++r) {
         const bool valid = lengths == nullptr || r / batch < lengths[r % batch];
@@ -57,7 +57,8 @@ double cross_entropy_rows(int64_t rows, int64_t classes, int64_t batch, const in
             if (grad_row) std::fill(grad_row, grad_row + classes, T(0));
             continue;
         }
-        const T loss = cross_entropy_row(classes, logits + r * classes, targets[r], scale, grad_row);
+        const T loss =
+            cross_entropy_row(classes, logits + r * classes, targets[r], scale, grad_row);
         if (losses) losses[r] = loss;
         total += static_cast<double>(loss);
     }

@@ -24,7 +24,7 @@
 
 namespace lstm::kernels::cpu {
 
-namespace detail {
+namespace gemm_detail {
 
 template <typename T>
 using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -46,7 +46,7 @@ void scale_block(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
         c_map *= beta;
 }
 
-}  // namespace detail
+}  // namespace gemm_detail
 
 // C = alpha * op(A) * op(B) + beta * C, all host, row-major with leading dimensions (elements
 // between row starts); overwrites C when beta == 0 (C is then never read), else adds to beta * C.
@@ -58,11 +58,11 @@ void scale_block(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-    using detail::ConstStridedMap;
-    using detail::StridedMap;
+    using gemm_detail::ConstStridedMap;
+    using gemm_detail::StridedMap;
     if (m <= 0 || n <= 0) return;
     if (k <= 0 || alpha == T(0)) {
-        detail::scale_block(m, n, beta, c, ldc);
+        gemm_detail::scale_block(m, n, beta, c, ldc);
         return;
     }
     // Each map describes the matrix as stored; a transpose is a free expression that Eigen's

@@ -10,8 +10,8 @@ namespace lstm::kernels::cpu {
 
 // dst (T, N, W) sorted <- src (T, N, W) original, host; rows r >= active[t] are left untouched.
 template <typename T>
-void gather_steps(const T* src, int64_t seq_len, int64_t batch, int64_t width,
-                  const int64_t* order, const int64_t* active, T* dst) {
+void gather_steps(const T* src, int64_t seq_len, int64_t batch, int64_t width, const int64_t* order,
+                  const int64_t* active, T* dst) {
     for (int64_t t = 0; t < seq_len; ++t)
         for (int64_t r = 0; r < active[t]; ++r)
             std::memcpy(dst + (t * batch + r) * width, src + (t * batch + order[r]) * width,

@@ -35,7 +35,8 @@ void activate_gates(T* gates, int64_t rows, int64_t hidden) {
     }
 }
 
-// c (rows, H) = f * c_prev + i * g from activated gates (rows, 4H); overwrites c (may alias c_prev).
+// c (rows, H) = f * c_prev + i * g from activated gates (rows, 4H); overwrites c (may alias
+// c_prev).
 template <typename T>
 void update_cell(const T* gates, int64_t rows, int64_t hidden, const T* c_prev, T* c) {
 #pragma omp parallel for if (rows * hidden > kParallelElements)

@@ -19,20 +19,20 @@ namespace lstm::loss {
 namespace detail {
 
 template <typename T>
-void check_host(const TensorView<T>& view, const char* function, const char* name) {
+void check_ce_host(const TensorView<T>& view, const char* function, const char* name) {
     check(view.empty() || view.device() == Device::cpu, function, ": ", name, " is on ",
           to_string(view.device()), ", but only cpu tensors are supported so far");
 }
 
 // Factor that turns d(sum of counted losses) into d(returned loss).
-inline double reduction_scale(Reduction reduction, int64_t count) {
+inline double ce_reduction_scale(Reduction reduction, int64_t count) {
     return reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
 }
 
 // The returned loss from the double sum of the counted losses; mean over no elements is NaN,
 // as in PyTorch.
 template <typename T>
-T reduce_total(Reduction reduction, double total, int64_t count) {
+T ce_reduce_total(Reduction reduction, double total, int64_t count) {
     if (reduction != Reduction::mean) return static_cast<T>(total);
     if (count == 0) return std::numeric_limits<T>::quiet_NaN();
     return static_cast<T>(total / static_cast<double>(count));
@@ -55,9 +55,9 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
     check(logits.rank() == 2, fn, ": logits must have rank 2 (M, C), got shape ",
           logits.shape_string());
     const int64_t rows = logits.size(0), classes = logits.size(1);
-    detail::check_host(logits, fn, "logits");
-    detail::check_host(grad, fn, "grad");
-    detail::check_host(losses, fn, "losses");
+    detail::check_ce_host(logits, fn, "logits");
+    detail::check_ce_host(grad, fn, "grad");
+    detail::check_ce_host(losses, fn, "losses");
     check(targets.size == rows, fn, ": targets must have M = ", rows, " elements, got ",
           targets.size);
     check(rows == 0 || logits.data() != nullptr, fn, ": logits has no data");
@@ -68,11 +68,11 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
         check(targets[r] >= 0 && targets[r] < classes, fn, ": targets[", r, "] = ", targets[r],
               " is out of range for ", classes, " classes (expected 0..", classes - 1, ")");
     }
-    const T scale = static_cast<T>(detail::reduction_scale(reduction, rows));
+    const T scale = static_cast<T>(detail::ce_reduction_scale(reduction, rows));
     const double total = kernels::cpu::cross_entropy_rows<T>(
         rows, classes, rows, nullptr, logits.data(), targets.data, scale,
         losses.empty() ? nullptr : losses.data(), grad.empty() ? nullptr : grad.data());
-    return detail::reduce_total<T>(reduction, total, rows);
+    return detail::ce_reduce_total<T>(reduction, total, rows);
 }
 
 // Same for mutable logits, so that callers need not spell out the const view.
@@ -101,9 +101,9 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
     check(logits.rank() == 3, fn, ": logits must have rank 3 (T, N, C), got shape ",
           logits.shape_string());
     const int64_t steps = logits.size(0), batch = logits.size(1), classes = logits.size(2);
-    detail::check_host(logits, fn, "logits");
-    detail::check_host(grad, fn, "grad");
-    detail::check_host(losses, fn, "losses");
+    detail::check_ce_host(logits, fn, "logits");
+    detail::check_ce_host(grad, fn, "grad");
+    detail::check_ce_host(losses, fn, "losses");
     check(lengths.empty() || lengths.size == batch, fn, ": lengths must have N = ", batch,
           " elements (or none for all T), got ", lengths.size);
     check(targets.size == steps * batch, fn, ": targets must have T * N = ", steps * batch,
@@ -127,12 +127,12 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
                   "; frame t = ", t, ", n = ", n, ")");
         }
     }
-    const T scale = static_cast<T>(detail::reduction_scale(reduction, count));
+    const T scale = static_cast<T>(detail::ce_reduction_scale(reduction, count));
     const double total = kernels::cpu::cross_entropy_rows<T>(
         steps * batch, classes, batch, lengths.empty() ? nullptr : lengths.data, logits.data(),
         targets.data, scale, losses.empty() ? nullptr : losses.data(),
         grad.empty() ? nullptr : grad.data());
-    return detail::reduce_total<T>(reduction, total, count);
+    return detail::ce_reduce_total<T>(reduction, total, count);
 }
 
 // Same for mutable logits, so that callers need not spell out the const view.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
+#include "lstm/detail/random.hpp"
 #include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
 
@@ -17,7 +18,7 @@ namespace lstm::nn {
 
 template <typename T>
 class Dense {
-public:
+  public:
     // Layout of parameters() and gradients(): weight (out_features, in_features) row-major, then
     // bias (out_features) when `bias`; the same as PyTorch's Linear.parameters() order.
     // Parameters start as reset_parameters(0), so a fresh layer is usable and reproducible;
@@ -46,7 +47,9 @@ public:
     // the layer has no bias.
     TensorView<T> weight() { return {params_.data(), {out_, in_}}; }
     TensorView<const T> weight() const { return {params_.data(), {out_, in_}}; }
-    TensorView<T> bias() { return bias_ ? TensorView<T>{bias_ptr(params_), {out_}} : TensorView<T>{}; }
+    TensorView<T> bias() {
+        return bias_ ? TensorView<T>{bias_ptr(params_), {out_}} : TensorView<T>{};
+    }
     TensorView<const T> bias() const {
         return bias_ ? TensorView<const T>{bias_ptr(params_), {out_}} : TensorView<const T>{};
     }
@@ -54,19 +57,18 @@ public:
     TensorView<T> bias_grad() {
         return bias_ ? TensorView<T>{bias_ptr(grads_), {out_}} : TensorView<T>{};
     }
+    TensorView<const T> weight_grad() const { return {grads_.data(), {out_, in_}}; }
+    TensorView<const T> bias_grad() const {
+        return bias_ ? TensorView<const T>{bias_ptr(grads_), {out_}} : TensorView<const T>{};
+    }
 
     // PyTorch's default initialization: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)) (the
-    // kaiming_uniform_ with a = sqrt(5) that Linear uses reduces to this bound). The uniform
-    // draws come from mt19937_64 through a fixed 53-bit mapping rather than
-    // std::uniform_real_distribution, whose output differs between standard libraries, so a seed
-    // gives the same parameters everywhere.
+    // kaiming_uniform_ with a = sqrt(5) that Linear uses reduces to this bound), drawn in
+    // parameters() order through lstm::detail::uniform, so a seed gives the same layer everywhere.
     void reset_parameters(uint64_t seed) {
         std::mt19937_64 rng(seed);
         const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-        for (T& p : params_) {
-            const double unit = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
-            p = static_cast<T>(bound * (2.0 * unit - 1.0));
-        }
+        for (T& p : params_) p = static_cast<T>(lstm::detail::uniform(rng, -bound, bound));
     }
 
     // Sets every gradient to zero; backward only ever adds.
@@ -127,7 +129,7 @@ public:
         }
     }
 
-private:
+  private:
     template <typename Buffer>
     auto bias_ptr(Buffer& buffer) const {
         return buffer.data() + out_ * in_;

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "lstm/layer.hpp"
+#include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/loss/cross_entropy.hpp"
+#include "lstm/loss/ctc.hpp"
 #include "lstm/nn/dense.hpp"
 #include "lstm/nn/optim.hpp"
 #include "lstm/nn/sequence.hpp"
@@ -20,6 +22,7 @@ namespace lstm::nn {
 enum class Head {
     ce_last_step,    // dense + softmax cross-entropy on each sequence's last valid step
     ce_every_frame,  // dense + softmax cross-entropy on every valid frame
+    ctc,             // dense on every frame + CTC (blank 0, PyTorch's mean), Braun's speech task
 };
 
 struct ModelConfig {
@@ -48,11 +51,14 @@ public:
 
     // One training step: zero the gradients, forward, batch-mean loss, backward, Adam update.
     // x (T, N, I) host; lengths (N) host or empty for all T; targets: (N) class indices for
-    // ce_last_step, (T * N) time-major for ce_every_frame. Returns the loss before the update.
-    T train_step(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets) {
+    // ce_last_step, (T * N) time-major for ce_every_frame, the labels of all sequences
+    // concatenated for ctc, with target_lengths (N) saying how many belong to each (ctc only).
+    // Returns the loss before the update.
+    T train_step(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
+                 Span<const int64_t> target_lengths = {}) {
         lstm_.zero_grad();
         dense_.zero_grad();
-        const T loss = forward_loss(x, lengths, targets, true);
+        const T loss = forward_loss(x, lengths, targets, target_lengths, true);
         const TensorView<const T> y = lstm_.y();
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
         resize(dy_, seq_len * batch * width);
@@ -71,9 +77,11 @@ public:
         return loss;
     }
 
-    // The batch-mean loss without training (inference forward, no reserve).
-    T evaluate(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets) {
-        return forward_loss(x, lengths, targets, false);
+    // The batch-mean loss without training (inference forward, no reserve); arguments as
+    // train_step.
+    T evaluate(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
+               Span<const int64_t> target_lengths = {}) {
+        return forward_loss(x, lengths, targets, target_lengths, false);
     }
 
     LstmT<T>& lstm() { return lstm_; }
@@ -87,7 +95,8 @@ private:
     }
 
     T forward_loss(TensorView<const T> x, Span<const int64_t> lengths,
-                   Span<const int64_t> targets, bool training) {
+                   Span<const int64_t> targets, Span<const int64_t> target_lengths,
+                   bool training) {
         const TensorView<const T> y = training ? lstm_.forward(x, lengths) : lstm_.infer(x, lengths);
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
         const int64_t classes = config_.classes;
@@ -107,9 +116,32 @@ private:
         resize(dlogits_, rows * classes);
         dense_.forward(TensorView<const T>(y.data(), {rows, width}),
                        TensorView<T>(logits_.data(), {rows, classes}));
+        if (config_.head == Head::ctc) return ctc_loss(seq_len, batch, lengths, targets,
+                                                       target_lengths);
         return loss::cross_entropy_frames(
             TensorView<const T>(logits_.data(), {seq_len, batch, classes}), lengths, targets,
             loss::Reduction::mean, TensorView<T>(dlogits_.data(), {seq_len, batch, classes}));
+    }
+
+    // CTC over the logits (T, N, C) of every frame; writes dlogits. Padded frames get zero
+    // gradient, so the dense backward over all rows adds nothing for them.
+    T ctc_loss(int64_t seq_len, int64_t batch, Span<const int64_t> lengths,
+               Span<const int64_t> targets, Span<const int64_t> target_lengths) {
+        if (lengths.empty()) {
+            full_lengths_.assign(batch, seq_len);
+            lengths = Span<const int64_t>(full_lengths_);
+        }
+        loss::CtcArgs<T> args;
+        args.logits = TensorView<const T>(logits_.data(), {seq_len, batch, config_.classes});
+        args.targets = TensorView<const int64_t>(targets.data, {targets.size});
+        args.input_lengths = lengths;
+        args.target_lengths = target_lengths;
+        args.blank = 0;
+        args.reduction = loss::Reduction::mean;
+        loss::CtcOutputs<T> out;
+        out.grad_logits = TensorView<T>(dlogits_.data(), {seq_len, batch, config_.classes});
+        const size_t bytes = loss::ctc_workspace_bytes(args);
+        return loss::ctc_loss(args, out, ctc_workspace_.reserve(bytes), bytes);
     }
 
     TensorView<const T> features_view(int64_t batch) const {
@@ -127,6 +159,8 @@ private:
     Dense<T> dense_;
     Adam<T> adam_;
     std::vector<T> features_, dfeatures_, logits_, dlogits_, dy_;
+    std::vector<int64_t> full_lengths_;
+    lstm::detail::AlignedBuffer ctc_workspace_;
 };
 
 }  // namespace lstm::nn

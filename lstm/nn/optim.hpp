@@ -16,7 +16,8 @@ namespace lstm::nn {
 
 namespace detail {
 
-// Below this many elements an OpenMP team costs more than the update it would split.
+// Below this many elements an OpenMP team costs more than the update it would split. The pragmas
+// are guarded so that a consumer built without OpenMP gets a serial loop and no warning.
 constexpr int64_t kOptimParallelMin = int64_t(1) << 15;
 
 inline void check_buffer_pair(const char* fn, int64_t params_size, const void* params_data,
@@ -46,15 +47,15 @@ struct SgdOptions {
 // Hyperparameters are applied in T, as PyTorch casts its Python scalars to the tensor's type.
 template <typename T>
 class Sgd {
-public:
+  public:
     explicit Sgd(const SgdOptions& options) : options_(options) {
         check(options.lr >= 0, "Sgd: lr must be >= 0, got ", options.lr);
         check(options.momentum >= 0, "Sgd: momentum must be >= 0, got ", options.momentum);
         check(options.weight_decay >= 0, "Sgd: weight_decay must be >= 0, got ",
               options.weight_decay);
         check(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
-              "Sgd: nesterov needs momentum > 0 and dampening = 0, got momentum ",
-              options.momentum, " and dampening ", options.dampening);
+              "Sgd: nesterov needs momentum > 0 and dampening = 0, got momentum ", options.momentum,
+              " and dampening ", options.dampening);
     }
 
     // Registers a host buffer pair of equal size; allocates its momentum buffer (when momentum is
@@ -80,7 +81,7 @@ public:
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
 
-private:
+  private:
     struct Entry {
         Span<T> params;
         Span<const T> grads;
@@ -99,7 +100,9 @@ private:
         const bool use_momentum = options_.momentum != 0, nesterov = options_.nesterov;
         const bool first = !e.started;
         T* buf = use_momentum ? e.momentum.data() : nullptr;
+#if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n >= detail::kOptimParallelMin)
+#endif
         for (int64_t i = 0; i < n; ++i) {
             T d = g[i];
             if (wd != T(0)) d += wd * p[i];
@@ -135,7 +138,7 @@ struct AdamOptions {
 // runs in T.
 template <typename T>
 class Adam {
-public:
+  public:
     explicit Adam(const AdamOptions& options = {}) : options_(options) {
         check(options.lr >= 0, "Adam: lr must be >= 0, got ", options.lr);
         check(options.eps >= 0, "Adam: eps must be >= 0, got ", options.eps);
@@ -153,7 +156,8 @@ public:
     void add(Span<T> params, Span<const T> grads) {
         detail::check_buffer_pair("Adam::add", params.size, params.data, grads.size, grads.data);
         const auto n = static_cast<size_t>(params.size);
-        entries_.push_back(Entry{params, grads, std::vector<T>(n, T(0)), std::vector<T>(n, T(0)), 0});
+        entries_.push_back(
+            Entry{params, grads, std::vector<T>(n, T(0)), std::vector<T>(n, T(0)), 0});
     }
 
     // Updates every registered buffer once from its current gradients.
@@ -170,7 +174,7 @@ public:
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
 
-private:
+  private:
     struct Entry {
         Span<T> params;
         Span<const T> grads;
@@ -196,7 +200,9 @@ private:
         const T* g = e.grads.data;
         T* m = e.exp_avg.data();
         T* v = e.exp_avg_sq.data();
+#if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n >= detail::kOptimParallelMin)
+#endif
         for (int64_t i = 0; i < n; ++i) {
             T d = g[i];
             if (wd != T(0)) d += wd * p[i];

@@ -16,8 +16,8 @@ namespace lstm::nn {
 namespace detail {
 
 // Validates lengths (N, each in 1..T, or empty for all T) for a (T, N, F) sequence tensor.
-inline void check_lengths(const char* fn, Span<const int64_t> lengths, int64_t steps,
-                          int64_t batch) {
+inline void check_sequence_lengths(const char* fn, Span<const int64_t> lengths, int64_t steps,
+                                   int64_t batch) {
     check(lengths.empty() || lengths.size == batch, fn, ": lengths must have N = ", batch,
           " elements (or none for all T), got ", lengths.size);
     check(lengths.empty() || lengths.data != nullptr, fn, ": lengths has no data");
@@ -30,7 +30,7 @@ inline void check_lengths(const char* fn, Span<const int64_t> lengths, int64_t s
 }
 
 template <typename T>
-void check_host(const TensorView<T>& view, const char* fn, const char* name) {
+void check_sequence_host(const TensorView<T>& view, const char* fn, const char* name) {
     check(view.device() == Device::cpu, fn, ": ", name, " is on ", to_string(view.device()),
           ", but only cpu tensors are supported so far");
 }
@@ -44,10 +44,10 @@ void gather_last_step(TensorView<const T> y, Span<const int64_t> lengths, Tensor
     constexpr const char* fn = "gather_last_step";
     check(y.rank() == 3, fn, ": y must have rank 3 (T, N, F), got shape ", y.shape_string());
     const int64_t steps = y.size(0), batch = y.size(1), features = y.size(2);
-    detail::check_host(y, fn, "y");
-    detail::check_host(out, fn, "out");
+    detail::check_sequence_host(y, fn, "y");
+    detail::check_sequence_host(out, fn, "out");
     check_shape(out, "gather_last_step: out", {batch, features});
-    detail::check_lengths(fn, lengths, steps, batch);
+    detail::check_sequence_lengths(fn, lengths, steps, batch);
     for (int64_t n = 0; n < batch; ++n) {
         const int64_t t = (lengths.empty() ? steps : lengths[n]) - 1;
         const T* src = y.data() + (t * batch + n) * features;
@@ -69,10 +69,10 @@ void scatter_last_step(TensorView<const T> dout, Span<const int64_t> lengths, Te
     constexpr const char* fn = "scatter_last_step";
     check(dy.rank() == 3, fn, ": dy must have rank 3 (T, N, F), got shape ", dy.shape_string());
     const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
-    detail::check_host(dout, fn, "dout");
-    detail::check_host(dy, fn, "dy");
+    detail::check_sequence_host(dout, fn, "dout");
+    detail::check_sequence_host(dy, fn, "dy");
     check_shape(dout, "scatter_last_step: dout", {batch, features});
-    detail::check_lengths(fn, lengths, steps, batch);
+    detail::check_sequence_lengths(fn, lengths, steps, batch);
     std::fill(dy.data(), dy.data() + dy.numel(), T(0));
     for (int64_t n = 0; n < batch; ++n) {
         const int64_t t = (lengths.empty() ? steps : lengths[n]) - 1;

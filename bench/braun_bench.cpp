@@ -1,0 +1,152 @@
+#include "braun_bench.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "braun.hpp"
+#include "flops.hpp"
+#include "lstm/nn/model.hpp"
+#include "lstm/registry.hpp"
+#include "reference_check.hpp"
+#include "threads.hpp"
+
+namespace lstm::bench {
+
+namespace {
+
+// Any fixed value; fixed so that every run and every variant starts from the same parameters.
+constexpr uint64_t kBraunModelSeed = 0;
+constexpr double kFlopsPerGflop = 1e9;
+
+struct BraunCase {
+    const BraunScenario* scenario;
+    const Variant* variant;
+    int threads;
+    int warmup_steps;
+};
+
+std::string case_name(const BraunCase& c) {
+    return std::string("braun/") + c.scenario->name + "/" + to_string(c.variant->device()) + "/" +
+           c.variant->name() + "/threads:" + std::to_string(c.threads);
+}
+
+// Why the case cannot run at all; every such case is reported with its reason, never dropped.
+std::optional<std::string> why_not_runnable(const BraunScenario& s, const Variant& v) {
+    if (auto why = v.supports(s.config, DType::f32)) return *why;
+    if (s.lengths != BraunLengths::all_full) {
+        if (auto why = v.supports_variable_lengths()) return *why;
+    }
+    if (s.loss == BraunLoss::ctc) return std::string("needs the CTC loss (not implemented yet)");
+    return std::nullopt;
+}
+
+nn::ModelConfig model_config(const BraunScenario& s) {
+    nn::ModelConfig m;
+    m.lstm = s.config;
+    m.classes = s.classes;
+    m.dense_bias = false;
+    m.head = nn::Head::ce_last_step;
+    m.adam.lr = kBraunAdamLr;
+    return m;
+}
+
+// The reference check is deterministic per (variant, scenario): data and initial parameters come
+// from fixed seeds. Repetitions and thread counts reuse its verdict instead of paying for it again.
+std::optional<std::string> cached_reference_check(const BraunCase& c, const nn::ModelConfig& m,
+                                                  nn::SequenceModel<float>& model,
+                                                  const BraunData& data) {
+    static std::map<std::string, std::optional<std::string>> verdicts;
+    const std::string key = std::string(c.scenario->name) + "/" + to_string(c.variant->device()) +
+                            "/" + c.variant->name();
+    const auto found = verdicts.find(key);
+    if (found != verdicts.end()) return found->second;
+    const BraunScenario& s = *c.scenario;
+    const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
+    const auto params = std::as_const(model.lstm()).parameters();
+    auto verdict =
+        check_against_reference(*c.variant, m.lstm, x, Span<const int64_t>(data.lengths), params);
+    verdicts.emplace(key, verdict);
+    return verdict;
+}
+
+void time_training_steps(benchmark::State& state, const BraunCase& c) {
+    const BraunScenario& s = *c.scenario;
+    const nn::ModelConfig m = model_config(s);
+    const BraunData data = make_braun_data(s);
+    nn::SequenceModel<float> model(m, c.variant->name(), c.variant->device(), kBraunModelSeed);
+    if (auto why = cached_reference_check(c, m, model, data)) {
+        state.SkipWithError(why->c_str());
+        return;
+    }
+
+    const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
+    const Span<const int64_t> lengths(data.lengths), targets(data.targets);
+    for (int k = 0; k < c.warmup_steps; ++k) model.train_step(x, lengths, targets);
+    for (auto _ : state) {
+        const float loss = model.train_step(x, lengths, targets);
+        // A diverged step would time a different computation (NaN propagation), not training.
+        if (!std::isfinite(loss)) {
+            state.SkipWithError(("training step produced loss " + std::to_string(loss)).c_str());
+            break;
+        }
+        benchmark::DoNotOptimize(loss);
+    }
+
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(lstm_training_step_flops(s.config, data.lengths) / kFlopsPerGflop,
+                           benchmark::Counter::kIsIterationInvariantRate);
+    const LstmT<float>& lstm = model.lstm();
+    state.counters["reserve_bytes"] =
+        benchmark::Counter(static_cast<double>(lstm.reserve_bytes()), benchmark::Counter::kDefaults,
+                           benchmark::Counter::kIs1024);
+    state.counters["workspace_bytes"] =
+        benchmark::Counter(static_cast<double>(lstm.workspace_bytes()),
+                           benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+}
+
+void run_case(benchmark::State& state, const BraunCase& c) {
+    if (auto why = why_not_runnable(*c.scenario, *c.variant)) {
+        state.SkipWithError(why->c_str());
+        return;
+    }
+    set_cpu_threads(c.threads);
+    // Google Benchmark does not catch: an exception would end the whole run, not just this case.
+    try {
+        time_training_steps(state, c);
+    } catch (const std::exception& e) {
+        state.SkipWithError(e.what());
+    }
+}
+
+}  // namespace
+
+void register_braun_cases(const BenchFlags& flags) {
+    // Host threads matter to a GPU case only for its host-side work, so it runs once, with the
+    // largest count asked for, instead of once per count.
+    const std::vector<int> gpu_threads = {
+        *std::max_element(flags.threads.begin(), flags.threads.end())};
+    for (const BraunScenario& s : braun_scenarios()) {
+        for (const Variant* v : variants()) {
+            for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
+                const BraunCase c{&s, v, threads, flags.warmup_steps};
+                // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
+                // misses the workers. It also makes GFLOP/s divide by wall time.
+                benchmark::RegisterBenchmark(case_name(c).c_str(),
+                                             [c](benchmark::State& state) { run_case(state, c); })
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMillisecond);
+            }
+        }
+    }
+}
+
+}  // namespace lstm::bench

@@ -1,0 +1,79 @@
+#include "flags.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <charconv>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "threads.hpp"
+
+namespace lstm::bench {
+
+namespace {
+
+constexpr std::string_view kPrefix = "--lstm_";
+constexpr std::string_view kThreads = "--lstm_threads=";
+constexpr std::string_view kWarmup = "--lstm_warmup_steps=";
+
+int parse_int(std::string_view text, std::string_view flag, int min) {
+    int value = 0;
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (err != std::errc() || end != text.data() + text.size() || value < min)
+        throw std::invalid_argument(std::string(flag) + " expects integers >= " +
+                                    std::to_string(min) + ", got '" + std::string(text) + "'");
+    return value;
+}
+
+std::vector<int> parse_int_list(std::string_view text, std::string_view flag, int min) {
+    std::vector<int> out;
+    for (size_t start = 0;;) {
+        const size_t comma = text.find(',', start);
+        out.push_back(parse_int(text.substr(start, comma - start), flag, min));
+        if (comma == std::string_view::npos) return out;
+        start = comma + 1;
+    }
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+    return text.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
+BenchFlags parse_bench_flags(int* argc, char** argv) {
+    BenchFlags flags;
+    int kept = 1;  // argv[0] stays
+    for (int i = 1; i < *argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (starts_with(arg, kThreads)) {
+            flags.threads = parse_int_list(arg.substr(kThreads.size()), "--lstm_threads", 1);
+        } else if (starts_with(arg, kWarmup)) {
+            flags.warmup_steps = parse_int(arg.substr(kWarmup.size()), "--lstm_warmup_steps", 0);
+        } else if (starts_with(arg, kPrefix)) {
+            throw std::invalid_argument("unknown flag '" + std::string(arg) +
+                                        "' (see --help for the --lstm_* flags)");
+        } else {
+            argv[kept++] = argv[i];
+        }
+    }
+    *argc = kept;
+    argv[kept] = nullptr;  // argv is null-terminated by the C standard; keep it so
+    if (flags.threads.empty()) flags.threads = {all_cpu_threads()};
+    return flags;
+}
+
+void print_help() {
+    benchmark::PrintDefaultHelp();
+    std::printf(
+        "\nlstm_bench flags:\n"
+        "  [--lstm_threads=K[,K...]]    CPU thread counts to sweep (default: all %d processors)\n"
+        "  [--lstm_warmup_steps=N]      untimed training steps before timing (default: 1)\n"
+        "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
+        "--benchmark_report_aggregates_only=true.\n",
+        all_cpu_threads());
+}
+
+}  // namespace lstm::bench

@@ -1,0 +1,26 @@
+// lstm_bench: the published LSTM benchmark workloads on every registered variant and device.
+// Run with --help for the flags; docs/benchmarks.md describes what is timed and counted.
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "braun_bench.hpp"
+#include "flags.hpp"
+
+int main(int argc, char** argv) {
+    lstm::bench::BenchFlags flags;
+    try {
+        flags = lstm::bench::parse_bench_flags(&argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "lstm_bench: %s\n", e.what());
+        return 2;
+    }
+    benchmark::Initialize(&argc, argv, lstm::bench::print_help);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    lstm::bench::register_braun_cases(flags);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

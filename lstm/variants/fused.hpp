@@ -1,0 +1,602 @@
+#pragma once
+
+// `fused` (cpu): the fast CPU variant (TF's LSTMBlockFusedCell, PyTorch's fused LSTMCell). Per
+// layer and direction: the input projection of every valid frame as one GEMM; per step one
+// recurrent GEMM on weights packed once per call, followed by one fused element-wise pass (or,
+// on the AVX-512 path, the pass inside the GEMM's epilogue); backward mirrors it, and the weight
+// gradients are GEMMs over all steps at once. Rows are sorted by length once per call and kept
+// compact (kernels/cpu/fused_cell.hpp), so every GEMM covers exactly the valid frames.
+//
+// Threads: ONE OpenMP team for the whole call. Each thread owns a contiguous range of 16-unit
+// blocks with all four gates of its units (gate columns are interleaved per block), so the
+// element-wise work of a step needs only the thread's own GEMM output, and a step ends with one
+// barrier (the next step reads every thread's h_t, or dgates in backward). GEMMs inside the team
+// are single-threaded. Work split by rows (dx) and by steps (gather, scatter) uses the same team.
+//
+// Instruction sets (float only; double always takes the portable path):
+//  - avx512: kernels/cpu/avx512_gemm.hpp, own register-blocked GEMMs with the gate math in the
+//    epilogue; chosen at run time when the CPU has AVX-512F (kernels/cpu/cpu_features.hpp).
+//  - eigen: the portable path, Eigen GEMMs (kernels/cpu/gemm.hpp) plus the scalar passes of
+//    kernels/cpu/fused_cell.hpp built on kernels/common/gates.hpp.
+// Which one runs: set_fused_isa() if called, else the environment variable LSTM_FUSED_ISA
+// (auto, avx512, eigen; read per call), else auto (avx512 where supported). Both write the same
+// reserve layout, so a forward on one and a backward on the other agree.
+//
+// Denormals: the team runs with flush-to-zero / denormals-are-zero (kernels/cpu/cpu_features.hpp,
+// restored when the call returns), so values below the smallest normal float read and come out
+// as zero. Without it a loss on the last step of a long sequence lets the backward gradients
+// decay into denormals, and the microcode assists they cost made Braun's CE-long step ~5x slower.
+//
+// Determinism: results are bit-identical run to run for a fixed thread count. On the avx512
+// path they are also identical for any thread count (every output element is summed in the same
+// order whatever the split); the eigen path does not promise that (Eigen picks its blocking
+// from the sizes each thread sees).
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "kernels/cpu/avx512_gemm.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/fused_cell.hpp"
+#include "lstm/detail/batch_order.hpp"
+#include "lstm/detail/carve.hpp"
+#include "lstm/variant.hpp"
+
+namespace lstm::cpu {
+
+// Instruction set of the fused variant's float path.
+enum class FusedIsa { automatic, avx512, eigen };
+
+namespace fused_detail {
+
+inline std::atomic<int>& isa_override() {
+    static std::atomic<int> value{static_cast<int>(FusedIsa::automatic)};
+    return value;
+}
+
+inline FusedIsa parse_isa_env() {
+    const char* env = std::getenv("LSTM_FUSED_ISA");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return FusedIsa::automatic;
+    if (std::strcmp(env, "avx512") == 0) return FusedIsa::avx512;
+    if (std::strcmp(env, "eigen") == 0) return FusedIsa::eigen;
+    fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, eigen");
+}
+
+}  // namespace fused_detail
+
+// Forces the fused variant's float path (automatic: the environment, then the CPU decide).
+// Throws when avx512 is asked for on a CPU or compiler without it. Affects calls that start
+// after it returns; safe to call from any thread.
+inline void set_fused_isa(FusedIsa isa) {
+    check(isa != FusedIsa::avx512 || kernels::cpu::cpu_has_avx512(),
+          "set_fused_isa(avx512): this CPU (or compiler) has no AVX-512F; use eigen or automatic");
+    fused_detail::isa_override().store(static_cast<int>(isa));
+}
+
+// The instruction set the next float call of the fused variant uses: avx512 or eigen.
+inline FusedIsa fused_isa() {
+    FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
+    if (isa == FusedIsa::automatic) isa = fused_detail::parse_isa_env();
+    if (isa == FusedIsa::avx512)
+        check(kernels::cpu::cpu_has_avx512(),
+              "LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F");
+    if (isa == FusedIsa::automatic)
+        isa = kernels::cpu::cpu_has_avx512() ? FusedIsa::avx512 : FusedIsa::eigen;
+    return isa;
+}
+
+inline const char* fused_isa_name(FusedIsa isa) {
+    switch (isa) {
+        case FusedIsa::automatic:
+            return "automatic";
+        case FusedIsa::avx512:
+            return "avx512";
+        case FusedIsa::eigen:
+            return "eigen";
+    }
+    return "?";
+}
+
+namespace fused_detail {
+
+using kernels::cpu::BlockRange;
+using kernels::cpu::FusedBuffers;
+using kernels::cpu::FusedBufferSizes;
+using kernels::cpu::FusedLayout;
+using kernels::cpu::kUnitBlock;
+using kernels::cpu::RowRun;
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Row stride of the sorted layer-0 input: padded to whole vectors, so AVX-512 loads of a row
+// never straddle into the next one and every row starts aligned.
+inline int64_t x_stride(const Config& config) { return round_up(config.input_size, kUnitBlock); }
+
+// Widest layer input.
+inline int64_t max_input(const Config& config) {
+    return config.num_layers > 1 ? std::max(config.input_size, config.output_size())
+                                 : config.input_size;
+}
+
+// Scratch of one call. Rows are compact and length-sorted (kernels/cpu/fused_cell.hpp).
+template <typename T>
+struct Workspace {
+    detail::BatchOrder batch;
+    int64_t* offsets;  // (T + 1) compact row of step t's first row; offsets[T] = S
+    int64_t* lengths;  // (N) length of sorted row r
+    RowRun<T>* runs;   // (2T + 2) partners of h_{t-1} in the recurrent weight gradient
+    T* x_sorted;       // (S, x_stride) the layer-0 input
+    T* ping;           // (S, W) W = max(x_stride, D*H): inference layer output / backward d_out
+    T* pong;           // (S, W) the other half of the pair
+    T* gates;          // (N, G) inference: one step's gates (training keeps all in the reserve)
+    T* h_init;         // (N, Hp) this cell's h0, sorted, zero-padded
+    T* c_init;         // (N, Hp) this cell's c0
+    T* c_run;          // (N, Hp) inference: running c_t
+    T* dc_run;         // (N, Hp) backward: gradient carried into c
+    T* dhn;            // (N, Hp) backward: dhn of this cell, sorted
+    T* dh0;            // (N, Hp) backward: gradient w.r.t. h0, sorted
+    FusedBuffers<T> kern;
+};
+
+// What a training forward leaves for backward, rows compact and sorted.
+template <typename T>
+struct Reserve {
+    T* out;    // (L, S, D*H) every layer's output
+    T* gates;  // (L*D, S, G) activated gates, interleaved; backward overwrites them with dgates
+    T* cell;   // (L*D, S, Hp) c_t
+};
+
+template <typename T>
+Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_t seq_len,
+                             int64_t batch) {
+    const FusedLayout lay(config.hidden_size);
+    const int64_t rows = seq_len * batch, hp = lay.hidden_padded;
+    const int64_t width = std::max(x_stride(config), config.output_size());
+    Workspace<T> w{};
+    w.batch.order = carve.take<int64_t>(batch);
+    w.batch.active = carve.take<int64_t>(seq_len);
+    w.offsets = carve.take<int64_t>(seq_len + 1);
+    w.lengths = carve.take<int64_t>(batch);
+    w.runs = carve.take<RowRun<T>>(2 * seq_len + 2);
+    w.x_sorted = carve.take<T>(rows * x_stride(config));
+    w.ping = carve.take<T>(rows * width);
+    w.pong = carve.take<T>(rows * width);
+    w.gates = carve.take<T>(batch * lay.gate_cols);
+    for (T** state : {&w.h_init, &w.c_init, &w.c_run, &w.dc_run, &w.dhn, &w.dh0})
+        *state = carve.take<T>(batch * hp);
+    const FusedBufferSizes sizes(lay, max_input(config), batch);
+    w.kern.w_ih_fwd = carve.take<T>(sizes.w_ih_fwd);
+    w.kern.w_hh_fwd = carve.take<T>(sizes.w_hh_fwd);
+    w.kern.bias = carve.take<T>(sizes.bias);
+    w.kern.w_hh_bwd = carve.take<T>(sizes.w_hh_bwd);
+    w.kern.w_ih_bwd = carve.take<T>(sizes.w_ih_bwd);
+    w.kern.dh = carve.take<T>(sizes.dh);
+    w.kern.dw = carve.take<T>(sizes.dw);
+    w.kern.bias_grad = carve.take<T>(sizes.bias_grad);
+    w.kern.a_pack = carve.take<T>(sizes.a_pack);
+    return w;
+}
+
+template <typename T>
+Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t seq_len,
+                         int64_t batch) {
+    const FusedLayout lay(config.hidden_size);
+    const int64_t rows = seq_len * batch;
+    Reserve<T> r{};
+    r.out = carve.take<T>(config.num_layers * rows * config.output_size());
+    r.gates = carve.take<T>(config.num_cells() * rows * lay.gate_cols);
+    r.cell = carve.take<T>(config.num_cells() * rows * lay.hidden_padded);
+    return r;
+}
+
+// The time index of the s-th step a direction processes.
+inline int64_t step_time(int64_t s, int64_t seq_len, int64_t direction) {
+    return direction == 0 ? s : seq_len - 1 - s;
+}
+
+// Compact offsets and per-row lengths from the batch order.
+inline void make_offsets(const detail::BatchOrder& batch, int64_t seq_len, int64_t n,
+                         int64_t* offsets, int64_t* lengths) {
+    offsets[0] = 0;
+    for (int64_t t = 0; t < seq_len; ++t) offsets[t + 1] = offsets[t] + batch.active[t];
+    for (int64_t r = 0; r < n; ++r) lengths[r] = 0;
+    for (int64_t t = 0; t < seq_len; ++t)
+        for (int64_t r = 0; r < batch.active[t]; ++r) ++lengths[r];
+}
+
+// The calling thread's share of [0, count): used for work split by steps or rows.
+inline BlockRange my_share(int64_t count) {
+    return kernels::cpu::row_range(count, omp_get_thread_num(), omp_get_num_threads());
+}
+
+// One call's time loops for kernel set K (PortableFusedKernels or Avx512FusedKernels).
+template <typename T, typename K>
+class FusedLoop {
+public:
+    FusedLoop(const Config& config, int64_t seq_len, int64_t batch)
+        : config_(config), lay_(config.hidden_size), seq_len_(seq_len), batch_(batch) {}
+
+    void forward(const ForwardArgs<T>& args) const {
+        detail::Carver ws_carve(args.workspace);
+        const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
+        const bool training = args.reserve != nullptr;
+        Reserve<T> rs{};
+        if (training) {
+            detail::Carver rs_carve(args.reserve);
+            rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
+        }
+        detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
+        make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
+        const K kern(lay_, ws.kern);
+#pragma omp parallel
+        {
+            const kernels::cpu::ScopedFlushDenormals flush;
+            forward_team(args, ws, rs, training, kern);
+        }
+    }
+
+    void backward(const BackwardArgs<T>& args) const {
+        detail::Carver ws_carve(args.workspace);
+        const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
+        detail::Carver rs_carve(args.reserve);
+        const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
+        detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
+        make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
+        const K kern(lay_, ws.kern);
+#pragma omp parallel
+        {
+            const kernels::cpu::ScopedFlushDenormals flush;
+            backward_team(args, ws, rs, kern);
+        }
+    }
+
+private:
+    int64_t rows_total(const Workspace<T>& ws) const { return ws.offsets[seq_len_]; }
+
+    // Everything a forward does, run by every thread of the team.
+    void forward_team(const ForwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
+                      bool training, const K& kern) const {
+        const BlockRange own =
+            kernels::cpu::block_range(lay_.blocks, omp_get_thread_num(), omp_get_num_threads());
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t out_width = config_.output_size(), rows = rows_total(ws);
+        const BlockRange steps = my_share(seq_len_);
+        kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
+                                     ws.batch.active, ws.offsets, steps.begin, steps.end,
+                                     ws.x_sorted, x_stride(config_));
+#pragma omp barrier
+        const T* layer_in = ws.x_sorted;
+        int64_t ld_in = x_stride(config_);
+        T* layer_out = nullptr;
+        for (int64_t l = 0; l < config_.num_layers; ++l) {
+            layer_out = training ? rs.out + l * rows * out_width : (l % 2 == 0 ? ws.ping : ws.pong);
+            const int64_t in = config_.layer_input_size(l);
+            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                const int64_t cell = l * config_.num_directions() + d;
+                const CellOffsets p = cell_offsets(config_, l, d);
+                const T* params = args.params.data();
+                kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
+                                  params + p.bias_ih, params + p.bias_hh, own);
+                // Training projects every frame at once into the reserve; inference projects one
+                // step at a time into an (N, G) buffer instead of holding (S, G) of scratch. Each
+                // row's sums are the same either way, so both give the same bits.
+                T* gates = training ? rs.gates + cell * seq_len_ * batch_ * gc : nullptr;
+                if (training) kern.input_projection(layer_in, ld_in, rows, in, gates, own);
+                const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+                const int64_t state = cell * batch_ * hidden;
+                kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
+                                                 batch_, hidden, ws.batch.order, u0, u1, ws.h_init,
+                                                 hp);
+                kernels::cpu::gather_state_units(args.c0.empty() ? nullptr : args.c0.data() + state,
+                                                 batch_, hidden, ws.batch.order, u0, u1, ws.c_init,
+                                                 hp);
+                T* cells = training ? rs.cell + cell * seq_len_ * batch_ * hp : nullptr;
+                if (!training)
+                    for (int64_t r = 0; r < batch_; ++r)
+                        std::copy(ws.c_init + r * hp + u0, ws.c_init + r * hp + u1,
+                                  ws.c_run + r * hp + u0);
+#pragma omp barrier
+                for (int64_t s = 0; s < seq_len_; ++s) {
+                    const int64_t t = step_time(s, seq_len_, d);
+                    T* step_gates = gates ? gates + ws.offsets[t] * gc : ws.gates;
+                    if (!gates)
+                        kern.input_projection(layer_in + ws.offsets[t] * ld_in, ld_in,
+                                              ws.batch.active[t], in, step_gates, own);
+                    forward_step(ws, d, s, step_gates, cells, layer_out, kern, own);
+#pragma omp barrier
+                }
+                write_final_state(args, ws, d, cell, cells, layer_out, u0, u1);
+            }
+            layer_in = layer_out;
+            ld_in = out_width;
+        }
+        kernels::cpu::scatter_compact(layer_out, out_width, batch_, out_width, ws.batch.order,
+                                      ws.batch.active, ws.offsets, steps.begin, steps.end,
+                                      args.y.data());
+    }
+
+    // Step s of direction d, gates (active rows, G) holding its input projection: rows that
+    // continue read the previous step's h and c, rows that start here (only the reverse
+    // direction starts sequences late) read the initial state.
+    void forward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, T* cells,
+                      T* layer_out, const K& kern, BlockRange own) const {
+        const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t out_width = config_.output_size(), dir_col = d * lay_.hidden;
+        const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
+        const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
+        const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
+        const int64_t split = std::min(n, n_prev);
+        const int64_t row = ws.offsets[t], row_prev = ws.offsets[t_prev];
+        T* c_now = cells ? cells + row * hp : ws.c_run;
+        kernels::cpu::ForwardSegment<T> seg{};
+        seg.gates = gates;
+        seg.c = c_now;
+        seg.ld_c = hp;
+        seg.h = layer_out + row * out_width + dir_col;
+        seg.ld_h = out_width;
+        if (split > 0) {
+            seg.rows = split;
+            seg.h_prev = layer_out + row_prev * out_width + dir_col;
+            seg.ld_h_prev = out_width;
+            seg.c_prev = cells ? cells + row_prev * hp : ws.c_run;
+            seg.ld_c_prev = hp;
+            kern.forward_step(seg, own);
+        }
+        if (n > split) {
+            seg.rows = n - split;
+            seg.h_prev = ws.h_init + split * hp;
+            seg.ld_h_prev = hp;
+            seg.c_prev = (cells ? ws.c_init : ws.c_run) + split * hp;
+            seg.ld_c_prev = hp;
+            seg.gates = gates + split * gc;
+            seg.c = c_now + split * hp;
+            seg.h = layer_out + (row + split) * out_width + dir_col;
+            kern.forward_step(seg, own);
+        }
+    }
+
+    // hn / cn of one cell, own units: each row's state at its last processed step.
+    void write_final_state(const ForwardArgs<T>& args, const Workspace<T>& ws, int64_t d,
+                           int64_t cell, const T* cells, const T* layer_out, int64_t u0,
+                           int64_t u1) const {
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded;
+        const int64_t out_width = config_.output_size(), end = std::min(u1, hidden);
+        const int64_t state = cell * batch_ * hidden;
+        for (int64_t r = 0; r < batch_; ++r) {
+            const int64_t t_last = d == 0 ? ws.lengths[r] - 1 : 0;
+            const int64_t row = ws.offsets[t_last] + r;
+            const int64_t dst = state + ws.batch.order[r] * hidden;
+            if (!args.hn.empty()) {
+                const T* h = layer_out + row * out_width + d * hidden;
+                for (int64_t u = u0; u < end; ++u) args.hn[dst + u] = h[u];
+            }
+            if (!args.cn.empty()) {
+                const T* c = cells ? cells + row * hp : ws.c_run + r * hp;
+                for (int64_t u = u0; u < end; ++u) args.cn[dst + u] = c[u];
+            }
+        }
+    }
+
+    // Everything a backward does, run by every thread of the team.
+    void backward_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
+                       const K& kern) const {
+        const BlockRange own =
+            kernels::cpu::block_range(lay_.blocks, omp_get_thread_num(), omp_get_num_threads());
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t out_width = config_.output_size(), rows = rows_total(ws);
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const BlockRange steps = my_share(seq_len_);
+        kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
+                                     ws.batch.active, ws.offsets, steps.begin, steps.end,
+                                     ws.x_sorted, x_stride(config_));
+        // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
+        T* d_out = ws.ping;
+        T* d_in = ws.pong;
+        kernels::cpu::gather_compact(args.dy.data(), batch_, out_width, ws.batch.order,
+                                     ws.batch.active, ws.offsets, steps.begin, steps.end, d_out,
+                                     out_width);
+        const T* params = args.params.data();
+        T* grads = args.dparams.data();
+        for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
+            const int64_t in = config_.layer_input_size(l);
+            const T* layer_in = l == 0 ? ws.x_sorted : rs.out + (l - 1) * rows * out_width;
+            const int64_t ld_in = l == 0 ? x_stride(config_) : out_width;
+            const T* layer_out = rs.out + l * rows * out_width;
+            const bool want_d_in = l > 0 || !args.dx.empty();
+            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                const int64_t cell = l * config_.num_directions() + d;
+                const int64_t state = cell * batch_ * hidden;
+                const CellOffsets p = cell_offsets(config_, l, d);
+                T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
+                const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
+                // Other threads may still read the packed weights or the states of the previous
+                // cell (dx, weight gradients): wait before overwriting them.
+#pragma omp barrier
+                kern.pack_backward(params + p.weight_ih, in, params + p.weight_hh, own);
+                auto gather = [&](const TensorView<const T>& v, T* dst) {
+                    kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + state, batch_,
+                                                     hidden, ws.batch.order, u0, u1, dst, hp);
+                };
+                gather(args.h0, ws.h_init);
+                gather(args.c0, ws.c_init);
+                gather(args.dhn, ws.dhn);
+                gather(args.dcn, ws.dc_run);
+                std::fill(ws.kern.bias_grad + u0 * 4, ws.kern.bias_grad + u1 * 4, T(0));
+                if (omp_get_thread_num() == 0) make_h_runs(ws, d, layer_out);
+#pragma omp barrier
+                for (int64_t s = seq_len_ - 1; s >= -1; --s) {
+                    backward_step(ws, d, s, gates, cells, d_out, kern, own);
+#pragma omp barrier
+                }
+                const RowRun<T> x_run{0, rows, layer_in, ld_in};
+                kern.weight_grads(gates, &x_run, 1, ws.runs, h_run_count_, in, grads + p.weight_ih,
+                                  grads + p.weight_hh, own);
+                kernels::cpu::add_bias_grads(ws.kern.bias_grad, lay_, own, grads + p.bias_ih,
+                                             grads + p.bias_hh);
+                write_state_grads(args, ws, state, u0, u1);
+                if (want_d_in) kern.input_grads(gates, my_share(rows), in, d_in, in, d > 0);
+            }
+#pragma omp barrier
+            std::swap(d_out, d_in);
+        }
+        if (!args.dx.empty())
+            kernels::cpu::scatter_compact(d_out, config_.input_size, batch_, config_.input_size,
+                                          ws.batch.order, ws.batch.active, ws.offsets, steps.begin,
+                                          steps.end, args.dx.data());
+    }
+
+    // Backward step s of direction d (s = -1: only the initial-state gradient of the first
+    // step). Rows of this step split where the carry source changes (gradient from the next
+    // step, or dhn for a sequence's last step) and where c_{t-1} does (previous step, or c0).
+    void backward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, const T* cells,
+                       const T* d_out, const K& kern, BlockRange own) const {
+        const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t out_width = config_.output_size();
+        const int64_t t = s >= 0 ? step_time(s, seq_len_, d) : 0;
+        const int64_t n = s >= 0 ? ws.batch.active[t] : 0;
+        const bool has_next = s + 1 < seq_len_;
+        const int64_t t_next = has_next ? step_time(s + 1, seq_len_, d) : 0;
+        const int64_t n_next = has_next ? ws.batch.active[t_next] : 0;
+        const T* dg_next = gates + ws.offsets[t_next] * gc;
+        if (s >= 0) {
+            const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
+            const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
+            int64_t cuts[4] = {0, std::min(n_next, n), std::min(n_prev, n), n};
+            std::sort(cuts + 1, cuts + 3);
+            const int64_t row = ws.offsets[t], row_prev = ws.offsets[t_prev];
+            for (int i = 0; i < 3; ++i) {
+                const int64_t a = cuts[i], b = cuts[i + 1];
+                if (b <= a) continue;
+                kernels::cpu::BackwardSegment<T> seg{};
+                seg.rows = b - a;
+                seg.dgates_next = a < n_next ? dg_next + a * gc : nullptr;
+                seg.dh_carry = ws.dhn + a * hp;
+                seg.dy = d_out + (row + a) * out_width + d * lay_.hidden;
+                seg.ld_dy = out_width;
+                seg.gates = gates + (row + a) * gc;
+                seg.c = cells + (row + a) * hp;
+                seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : ws.c_init + a * hp;
+                seg.dc = ws.dc_run + a * hp;
+                seg.bias_grad = ws.kern.bias_grad;
+                kern.backward_step(seg, own);
+            }
+        }
+        // Rows whose first step was the next one: their recurrent gradient is d(h0).
+        if (n_next > n) kern.backward_dh0(n_next - n, dg_next + n * gc, ws.dh0 + n * hp, own);
+    }
+
+    // Runs pairing each compact row of dgates with its h_{t-1}, in increasing row order, merged
+    // where consecutive; sets h_run_count_. Called by one thread.
+    void make_h_runs(const Workspace<T>& ws, int64_t d, const T* layer_out) const {
+        const int64_t hp = lay_.hidden_padded, out_width = config_.output_size();
+        const T* h_out = layer_out + d * lay_.hidden;
+        int64_t count = 0;
+        auto push = [&](int64_t k0, int64_t rows, const T* src, int64_t ld) {
+            if (rows == 0) return;
+            RowRun<T>& last = ws.runs[count > 0 ? count - 1 : 0];
+            if (count > 0 && last.ld == ld && last.k0 + last.count == k0 &&
+                last.rows + last.count * ld == src) {
+                last.count += rows;
+                return;
+            }
+            ws.runs[count++] = RowRun<T>{k0, rows, src, ld};
+        };
+        for (int64_t t = 0; t < seq_len_; ++t) {
+            // The step processed just before t in this direction.
+            const bool first = d == 0 ? t == 0 : t == seq_len_ - 1;
+            const int64_t t_prev = d == 0 ? t - 1 : t + 1;
+            const int64_t n = ws.batch.active[t];
+            const int64_t n_prev = first ? 0 : std::min(n, ws.batch.active[t_prev]);
+            if (n_prev > 0)
+                push(ws.offsets[t], n_prev, h_out + ws.offsets[t_prev] * out_width, out_width);
+            push(ws.offsets[t] + n_prev, n - n_prev, ws.h_init + n_prev * hp, hp);
+        }
+        h_run_count_ = count;
+    }
+
+    // dh0 / dc0 of one cell, own units, back in the caller's row order.
+    void write_state_grads(const BackwardArgs<T>& args, const Workspace<T>& ws, int64_t state,
+                           int64_t u0, int64_t u1) const {
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, end = std::min(u1, hidden);
+        for (int64_t r = 0; r < batch_; ++r) {
+            const int64_t dst = state + ws.batch.order[r] * hidden;
+            if (!args.dh0.empty())
+                for (int64_t u = u0; u < end; ++u) args.dh0[dst + u] = ws.dh0[r * hp + u];
+            if (!args.dc0.empty())
+                for (int64_t u = u0; u < end; ++u) args.dc0[dst + u] = ws.dc_run[r * hp + u];
+        }
+    }
+
+    const Config& config_;
+    FusedLayout lay_;
+    int64_t seq_len_;
+    int64_t batch_;
+    // Written by one thread before a barrier, read by all after it.
+    mutable int64_t h_run_count_ = 0;
+};
+
+}  // namespace fused_detail
+
+class FusedVariant final : public Variant {
+public:
+    const char* name() const override { return "fused"; }
+    Device device() const override { return Device::cpu; }
+
+    std::optional<std::string> supports(const Config&, DType) const override {
+        return std::nullopt;
+    }
+
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                           int64_t batch) const override {
+        detail::Carver carve(nullptr);
+        if (dtype == DType::f32)
+            fused_detail::carve_workspace<float>(carve, config, seq_len, batch);
+        else
+            fused_detail::carve_workspace<double>(carve, config, seq_len, batch);
+        return carve.bytes();
+    }
+
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                         int64_t batch) const override {
+        detail::Carver carve(nullptr);
+        if (dtype == DType::f32)
+            fused_detail::carve_reserve<float>(carve, config, seq_len, batch);
+        else
+            fused_detail::carve_reserve<double>(carve, config, seq_len, batch);
+        return carve.bytes();
+    }
+
+protected:
+    void run_forward(const Config& c, const ForwardArgs<float>& a) const override {
+        if (fused_isa() == FusedIsa::avx512)
+            loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).forward(a);
+        else
+            loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).forward(a);
+    }
+    void run_forward(const Config& c, const ForwardArgs<double>& a) const override {
+        loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).forward(a);
+    }
+    void run_backward(const Config& c, const BackwardArgs<float>& a) const override {
+        if (fused_isa() == FusedIsa::avx512)
+            loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).backward(a);
+        else
+            loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).backward(a);
+    }
+    void run_backward(const Config& c, const BackwardArgs<double>& a) const override {
+        loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).backward(a);
+    }
+
+private:
+    template <typename T, typename K>
+    static fused_detail::FusedLoop<T, K> loop(const Config& config, const TensorView<const T>& x) {
+        return fused_detail::FusedLoop<T, K>(config, x.size(0), x.size(1));
+    }
+};
+
+}  // namespace lstm::cpu

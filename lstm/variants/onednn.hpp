@@ -1,0 +1,714 @@
+#pragma once
+
+// `onednn` (cpu): the vendor reference on the CPU, as cuDNN is on the GPU. oneDNN's LSTM
+// primitive (dnnl::lstm_forward / dnnl::lstm_backward of oneDNN 2.6, Debian's libdnnl-dev) runs
+// the whole recurrence; this file only converts layouts and wires buffers. float32 only.
+//
+// How PyTorch's LSTM maps onto oneDNN's:
+// - Layers: one primitive stacks layers only when every layer reads inputs as wide as its
+//   output. Each stack is a "group" below. A unidirectional LSTM is one group when I == H, else
+//   layer 0 alone and the layers above as a second group.
+// - Directions: bidirectional_concat, whose output (forward half first) is PyTorch's. Within
+//   one primitive, though, oneDNN runs each direction's stack on its own and concatenates only
+//   the top layer's outputs, while PyTorch feeds both halves of layer l into both directions of
+//   layer l+1; so a bidirectional LSTM runs one primitive per layer.
+// - Gates: oneDNN orders gate blocks i, f, c~, o (its RNN developer guide, "LSTM"), which is
+//   PyTorch's i, f, g, o, so blocks move unpermuted.
+// - Weights: oneDNN picks its own weight formats (format_tag::any: padded or blocked, and
+//   different for training, inference and backward). PyTorch's (4H, in) row-major matrices
+//   are described to oneDNN as strided views of the flat parameter buffer, and a oneDNN reorder
+//   converts them once per call. Weight gradients travel back through a reorder whose sum
+//   post-op adds them into dparams.
+// - Biases: oneDNN has one bias per gate row; it gets b_ih + b_hh, and its gradient is added to
+//   the gradients of both.
+// - Lengths: oneDNN runs every sequence for all T steps, so per-sequence lengths are refused.
+//
+// Memory: every buffer oneDNN reads or writes during a call comes from the caller. oneDNN's
+// scratchpad (scratchpad mode "user") and the converted weights live in our workspace; oneDNN's
+// own training "workspace" (all gates and states of every step, what backward reads) lives in
+// our reserve, next to the outputs of the layer groups below the top and copies of hn/cn
+// (backward's primitive takes them as arguments). Both are large: on H 320, I 123, N 64, T 100,
+// one unidirectional layer, 167 MiB of workspace (159 MiB of it oneDNN's scratchpad) and
+// 150 MiB of reserve, where `basic` needs 20 and 47 MiB.
+//
+// Caching and allocation: primitive descriptors, primitives and the memory objects that carry
+// their arguments are built once per (config, T, N) and kept in the variant object (the 16 most
+// recently used, guarded by a mutex); workspace_bytes() and reserve_bytes() build the
+// descriptors, since the sizes are theirs to tell, and the first forward / backward of a shape
+// builds its primitives (oneDNN JIT-compiles kernels then). Steady-state calls only re-point
+// data handles and call oneDNN's C execute with a prebuilt argument array; what still
+// allocates lies inside oneDNN's execution (its per-execution argument hash map and execution
+// context): about 50 small operator-new allocations per forward and 80 per backward of one
+// layer group, measured with oneDNN 2.6. Calls on the same (config, T, N) through one variant
+// object run one at a time, because they share those memory objects; calls on different
+// shapes run concurrently.
+// Threads: oneDNN's own OpenMP parallelism (Debian builds it with the OpenMP runtime).
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lstm/detail/carve.hpp"
+#include "lstm/variant.hpp"
+
+namespace lstm::cpu {
+
+namespace onednn_detail {
+
+using Dims = dnnl::memory::dims;
+using Tag = dnnl::memory::format_tag;
+constexpr auto kF32 = dnnl::memory::data_type::f32;
+
+// Most (config, T, N) plans one variant object keeps. A training loop uses one or two shapes;
+// a bucketed speech loader a handful. The least recently used plan goes first.
+constexpr size_t kMaxPlans = 16;
+
+// Layers [first_layer, first_layer + num_layers) run as one oneDNN primitive; every one of them
+// reads inputs in_width wide.
+struct Group {
+    int64_t first_layer;
+    int64_t num_layers;
+    int64_t in_width;
+};
+
+// The groups of `config`, bottom to top (see the file comment). Allocates: plan time only.
+inline std::vector<Group> make_groups(const Config& config) {
+    std::vector<Group> out;
+    if (config.bidirectional) {
+        for (int64_t l = 0; l < config.num_layers; ++l)
+            out.push_back({l, 1, config.layer_input_size(l)});
+    } else if (config.input_size == config.hidden_size || config.num_layers == 1) {
+        out.push_back({0, config.num_layers, config.input_size});
+    } else {
+        out.push_back({0, 1, config.input_size});
+        out.push_back({1, config.num_layers - 1, config.hidden_size});
+    }
+    return out;
+}
+
+// A primitive together with the memory objects of its arguments. The memory objects carry the
+// descriptors the primitive was built for and no buffer; each call points them at its buffers.
+// The argument array is built once and handed to oneDNN's C API, because the C++ execute()
+// would copy an argument map into a fresh vector on every call.
+struct Bound {
+    dnnl::primitive primitive;
+    std::vector<dnnl::memory> memories;
+    std::vector<dnnl_exec_arg_t> args;  // {id, memories[k].get()}, parallel to memories
+
+    Bound() = default;
+    template <typename Ids>
+    Bound(dnnl::primitive p, const dnnl::primitive_desc_base& pd, const dnnl::engine& engine,
+          const Ids& arg_ids)
+        : primitive(std::move(p)) {
+        for (int id : arg_ids) add(id, pd.query_md(dnnl::query::exec_arg_md, id), engine);
+        const dnnl::memory::desc scratch = pd.scratchpad_desc();
+        if (scratch.get_size() > 0) add(DNNL_ARG_SCRATCHPAD, scratch, engine);
+    }
+
+    void add(int id, const dnnl::memory::desc& md, const dnnl::engine& engine) {
+        memories.push_back(dnnl::memory(md, engine, DNNL_MEMORY_NONE));
+        args.push_back({id, memories.back().get()});
+    }
+
+    // oneDNN takes void* even for inputs; it never writes through input arguments.
+    void set(int id, const void* data) {
+        for (size_t k = 0; k < args.size(); ++k)
+            if (args[k].arg == id) {
+                memories[k].set_data_handle(const_cast<void*>(data));
+                return;
+            }
+        fail("onednn variant: primitive has no argument ", id, " (a bug in onednn.hpp)");
+    }
+    // Primitives that need no scratchpad have no such argument.
+    void set_scratchpad(void* data) {
+        for (size_t k = 0; k < args.size(); ++k)
+            if (args[k].arg == DNNL_ARG_SCRATCHPAD) memories[k].set_data_handle(data);
+    }
+    void run(const dnnl::stream& stream) const {
+        dnnl::error::wrap_c_api(dnnl_primitive_execute(primitive.get(), stream.get(),
+                                                       static_cast<int>(args.size()), args.data()),
+                                "could not execute a primitive");
+    }
+};
+
+inline dnnl::primitive_attr user_scratchpad_attr() {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return attr;
+}
+
+// The arguments of the primitives this file runs (the forward's workspace only when training).
+constexpr std::array<int, 2> kReorderArgs = {DNNL_ARG_FROM, DNNL_ARG_TO};
+constexpr std::array<int, 9> kForwardArgs = {
+    DNNL_ARG_SRC_LAYER,     DNNL_ARG_SRC_ITER,     DNNL_ARG_SRC_ITER_C,
+    DNNL_ARG_WEIGHTS_LAYER, DNNL_ARG_WEIGHTS_ITER, DNNL_ARG_BIAS,
+    DNNL_ARG_DST_LAYER,     DNNL_ARG_DST_ITER,     DNNL_ARG_DST_ITER_C};
+constexpr std::array<int, 19> kBackwardArgs = {
+    DNNL_ARG_SRC_LAYER,          DNNL_ARG_SRC_ITER,          DNNL_ARG_SRC_ITER_C,
+    DNNL_ARG_WEIGHTS_LAYER,      DNNL_ARG_WEIGHTS_ITER,      DNNL_ARG_BIAS,
+    DNNL_ARG_DST_LAYER,          DNNL_ARG_DST_ITER,          DNNL_ARG_DST_ITER_C,
+    DNNL_ARG_DIFF_SRC_LAYER,     DNNL_ARG_DIFF_SRC_ITER,     DNNL_ARG_DIFF_SRC_ITER_C,
+    DNNL_ARG_DIFF_WEIGHTS_LAYER, DNNL_ARG_DIFF_WEIGHTS_ITER, DNNL_ARG_DIFF_BIAS,
+    DNNL_ARG_DIFF_DST_LAYER,     DNNL_ARG_DIFF_DST_ITER,     DNNL_ARG_DIFF_DST_ITER_C,
+    DNNL_ARG_WORKSPACE};
+
+// One group's forward (training or inference): the LSTM primitive and the two weight reorders
+// that feed it. Primitives are created on first use; the descriptors at plan time.
+struct ForwardPlan {
+    dnnl::lstm_forward::primitive_desc pd;
+    dnnl::reorder::primitive_desc w_layer_pd, w_iter_pd;
+    bool built = false;
+    Bound lstm, w_layer, w_iter;
+
+    void build(const dnnl::engine& engine, bool training) {
+        if (built) return;
+        lstm = Bound(dnnl::lstm_forward(pd), pd, engine, kForwardArgs);
+        if (training) lstm.add(DNNL_ARG_WORKSPACE, pd.workspace_desc(), engine);
+        w_layer = Bound(dnnl::reorder(w_layer_pd), w_layer_pd, engine, kReorderArgs);
+        w_iter = Bound(dnnl::reorder(w_iter_pd), w_iter_pd, engine, kReorderArgs);
+        built = true;
+    }
+};
+
+// One group's backward: the LSTM primitive, the weight reorders feeding it and the reorders
+// adding its weight gradients into dparams.
+struct BackwardPlan {
+    dnnl::lstm_backward::primitive_desc pd;
+    dnnl::reorder::primitive_desc w_layer_pd, w_iter_pd, dw_layer_pd, dw_iter_pd;
+    bool built = false;
+    Bound lstm, w_layer, w_iter, dw_layer, dw_iter;
+
+    void build(const dnnl::engine& engine) {
+        if (built) return;
+        lstm = Bound(dnnl::lstm_backward(pd), pd, engine, kBackwardArgs);
+        w_layer = Bound(dnnl::reorder(w_layer_pd), w_layer_pd, engine, kReorderArgs);
+        w_iter = Bound(dnnl::reorder(w_iter_pd), w_iter_pd, engine, kReorderArgs);
+        dw_layer = Bound(dnnl::reorder(dw_layer_pd), dw_layer_pd, engine, kReorderArgs);
+        dw_iter = Bound(dnnl::reorder(dw_iter_pd), dw_iter_pd, engine, kReorderArgs);
+        built = true;
+    }
+};
+
+struct GroupPlan {
+    Group group;
+    ForwardPlan training, inference;
+    BackwardPlan backward;
+};
+
+// Everything one (config, T, N) needs. `mutex` is held for a whole call, since the Bound memory
+// objects are re-pointed at the call's buffers.
+struct Plan {
+    Config config;
+    int64_t seq_len = 0, batch = 0;
+    std::vector<GroupPlan> groups;
+    dnnl::engine engine;
+    dnnl::stream stream;
+    std::mutex mutex;
+};
+
+// PyTorch's weight_ih (or weight_hh, when `iter`) matrices of every layer and direction of a
+// group, as a oneDNN (layers, D, in, 4, H) tensor viewing the flat parameter buffer in place,
+// starting at the group's first matrix. Element (l, d, i, g, h) is row g*H + h, column i.
+inline dnnl::memory::desc user_weights_desc(const Config& config, const Group& group, bool iter) {
+    const int64_t hidden = config.hidden_size, dirs = config.num_directions();
+    const int64_t in = iter ? hidden : group.in_width;
+    // Cells of one group all own the same parameter count, so layers are equally spaced.
+    const int64_t cell = cell_param_count(config, group.first_layer);
+    return dnnl::memory::desc(Dims{group.num_layers, dirs, in, 4, hidden}, kF32,
+                              Dims{dirs * cell, cell, 1, hidden * in, in});
+}
+
+inline int64_t user_weights_offset(const Config& config, const Group& group, bool iter) {
+    const CellOffsets o = cell_offsets(config, group.first_layer, 0);
+    return iter ? o.weight_hh : o.weight_ih;
+}
+
+inline dnnl::memory::desc bias_desc(const Config& config, const Group& group) {
+    return dnnl::memory::desc(
+        Dims{group.num_layers, config.num_directions(), 4, config.hidden_size}, kF32, Tag::ldgo);
+}
+
+inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& config,
+                                 const Group& group, int64_t seq_len, int64_t batch) {
+    using dnnl::memory;
+    const int64_t hidden = config.hidden_size, dirs = config.num_directions();
+    const auto direction = config.bidirectional ? dnnl::rnn_direction::bidirectional_concat
+                                                : dnnl::rnn_direction::unidirectional_left2right;
+    const memory::desc src(Dims{seq_len, batch, group.in_width}, kF32, Tag::tnc);
+    const memory::desc dst(Dims{seq_len, batch, config.output_size()}, kF32, Tag::tnc);
+    const memory::desc state(Dims{group.num_layers, dirs, batch, hidden}, kF32, Tag::ldnc);
+    const memory::desc w_layer(Dims{group.num_layers, dirs, group.in_width, 4, hidden}, kF32,
+                               Tag::any);
+    const memory::desc w_iter(Dims{group.num_layers, dirs, hidden, 4, hidden}, kF32, Tag::any);
+    const memory::desc bias = bias_desc(config, group);
+    const memory::desc user_w_layer = user_weights_desc(config, group, false);
+    const memory::desc user_w_iter = user_weights_desc(config, group, true);
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+    dnnl::primitive_attr sum_attr = user_scratchpad_attr();
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    sum_attr.set_post_ops(sum);
+
+    auto forward = [&](dnnl::prop_kind kind) {
+        const dnnl::lstm_forward::desc desc(kind, direction, src, state, state, w_layer, w_iter,
+                                            bias, dst, state, state);
+        ForwardPlan p;
+        p.pd = dnnl::lstm_forward::primitive_desc(desc, attr, engine);
+        p.w_layer_pd = dnnl::reorder::primitive_desc(engine, user_w_layer, engine,
+                                                     p.pd.weights_layer_desc(), attr);
+        p.w_iter_pd = dnnl::reorder::primitive_desc(engine, user_w_iter, engine,
+                                                    p.pd.weights_iter_desc(), attr);
+        // The bias is filled by hand (b_ih + b_hh), which needs oneDNN's plain ldgo layout.
+        check(p.pd.bias_desc() == bias, "oneDNN chose a bias layout other than ldgo");
+        return p;
+    };
+    GroupPlan out;
+    out.group = group;
+    out.training = forward(dnnl::prop_kind::forward_training);
+    out.inference = forward(dnnl::prop_kind::forward_inference);
+
+    const dnnl::lstm_backward::desc desc(dnnl::prop_kind::backward, direction, src, state, state,
+                                         w_layer, w_iter, bias, dst, state, state, src, state,
+                                         state, w_layer, w_iter, bias, dst, state, state);
+    BackwardPlan& b = out.backward;
+    b.pd = dnnl::lstm_backward::primitive_desc(desc, attr, engine, out.training.pd);
+    b.w_layer_pd = dnnl::reorder::primitive_desc(engine, user_w_layer, engine,
+                                                 b.pd.weights_layer_desc(), attr);
+    b.w_iter_pd =
+        dnnl::reorder::primitive_desc(engine, user_w_iter, engine, b.pd.weights_iter_desc(), attr);
+    b.dw_layer_pd = dnnl::reorder::primitive_desc(engine, b.pd.diff_weights_layer_desc(), engine,
+                                                  user_w_layer, sum_attr);
+    b.dw_iter_pd = dnnl::reorder::primitive_desc(engine, b.pd.diff_weights_iter_desc(), engine,
+                                                 user_w_iter, sum_attr);
+    check(b.pd.bias_desc() == bias && b.pd.diff_bias_desc() == bias,
+          "oneDNN chose a bias or bias-gradient layout other than ldgo");
+    return out;
+}
+
+enum class Pass { training, inference, backward };
+
+inline size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd) {
+    return pd.scratchpad_desc().get_size();
+}
+
+// Largest oneDNN scratchpad any primitive of `pass` asks for; primitives run one after another,
+// so they share one.
+inline size_t pass_scratchpad_bytes(const Plan& plan, Pass pass) {
+    size_t most = 0;
+    for (const GroupPlan& g : plan.groups) {
+        if (pass == Pass::backward) {
+            const BackwardPlan& b = g.backward;
+            most = std::max({most, scratchpad_bytes(b.pd), scratchpad_bytes(b.w_layer_pd),
+                             scratchpad_bytes(b.w_iter_pd), scratchpad_bytes(b.dw_layer_pd),
+                             scratchpad_bytes(b.dw_iter_pd)});
+        } else {
+            const ForwardPlan& f = pass == Pass::training ? g.training : g.inference;
+            most = std::max({most, scratchpad_bytes(f.pd), scratchpad_bytes(f.w_layer_pd),
+                             scratchpad_bytes(f.w_iter_pd)});
+        }
+    }
+    return most;
+}
+
+// Rounds a byte count up to the carver's alignment, so equal slots can be indexed.
+inline size_t aligned_bytes(size_t bytes) {
+    constexpr size_t a = detail::Carver::kAlignment;
+    return (bytes + a - 1) / a * a;
+}
+
+// Scratch of one call (host memory). Groups run one after another, so they share the weight
+// buffers, each sized for the largest group.
+struct Workspace {
+    void* w_layer;   // the group's weight_ih matrices in the pass's oneDNN layout
+    void* w_iter;    // its weight_hh matrices
+    float* bias;     // (layers, D, 4, H) b_ih + b_hh
+    void* dw_layer;  // backward: oneDNN adds weight gradients into these, so they are zeroed
+    void* dw_iter;
+    float* dbias;   // backward: (layers, D, 4, H)
+    float* zeros;   // (L*D, N, H) stands in for an omitted h0, c0, dhn or dcn
+    float* sink_h;  // (L*D, N, H) receives hn (inference) or dh0 (backward) nobody asked for
+    float* sink_c;  // (L*D, N, H) the same for cn / dc0
+    // (T, N, D*H) x2 with several groups: inference: the outputs of the groups below the top,
+    // alternately; backward: the gradients w.r.t. those outputs, alternately. Else null.
+    float* between[2];
+    float* dx;  // (T, N, I) backward: receives dx when the caller omits it
+    void* scratchpad;
+};
+
+inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass pass) {
+    const Config& config = plan.config;
+    const int64_t state = config.num_cells() * plan.batch * config.hidden_size;
+    const int64_t steps = plan.seq_len * plan.batch;
+    size_t w_layer = 0, w_iter = 0, dw_layer = 0, dw_iter = 0;
+    int64_t bias = 0;
+    for (const GroupPlan& gp : plan.groups) {
+        if (pass == Pass::backward) {
+            const auto& pd = gp.backward.pd;
+            w_layer = std::max(w_layer, pd.weights_layer_desc().get_size());
+            w_iter = std::max(w_iter, pd.weights_iter_desc().get_size());
+            dw_layer = std::max(dw_layer, pd.diff_weights_layer_desc().get_size());
+            dw_iter = std::max(dw_iter, pd.diff_weights_iter_desc().get_size());
+        } else {
+            const auto& pd = pass == Pass::training ? gp.training.pd : gp.inference.pd;
+            w_layer = std::max(w_layer, pd.weights_layer_desc().get_size());
+            w_iter = std::max(w_iter, pd.weights_iter_desc().get_size());
+        }
+        bias =
+            std::max(bias, gp.group.num_layers * config.num_directions() * 4 * config.hidden_size);
+    }
+    Workspace w{};
+    w.w_layer = carve.take<unsigned char>(w_layer);
+    w.w_iter = carve.take<unsigned char>(w_iter);
+    w.bias = carve.take<float>(bias);
+    if (pass == Pass::backward) {
+        w.dw_layer = carve.take<unsigned char>(dw_layer);
+        w.dw_iter = carve.take<unsigned char>(dw_iter);
+        w.dbias = carve.take<float>(bias);
+    }
+    w.zeros = carve.take<float>(state);
+    w.sink_h = carve.take<float>(state);
+    w.sink_c = carve.take<float>(state);
+    if (plan.groups.size() > 1 && pass != Pass::training) {
+        // One buffer suffices between two groups; more groups alternate between two.
+        w.between[0] = carve.take<float>(steps * config.output_size());
+        w.between[1] =
+            plan.groups.size() > 2 ? carve.take<float>(steps * config.output_size()) : nullptr;
+    }
+    w.dx = pass == Pass::backward ? carve.take<float>(steps * config.input_size) : nullptr;
+    w.scratchpad = carve.take<unsigned char>(pass_scratchpad_bytes(plan, pass));
+    return w;
+}
+
+// What a training forward leaves for backward (host memory).
+struct Reserve {
+    unsigned char* onednn;  // oneDNN's training workspace of group g at onednn + g * onednn_slot
+    size_t onednn_slot;
+    float* between;  // (G-1, T, N, D*H) the output of every group below the top; G = #groups
+    float* hn;       // (L*D, N, H) final states, which oneDNN's backward takes as arguments
+    float* cn;       // (L*D, N, H)
+
+    void* group_workspace(size_t g) const { return onednn + g * onednn_slot; }
+};
+
+inline Reserve carve_reserve(detail::Carver& carve, const Plan& plan) {
+    const Config& config = plan.config;
+    const int64_t state = config.num_cells() * plan.batch * config.hidden_size;
+    const int64_t groups = static_cast<int64_t>(plan.groups.size());
+    Reserve r{};
+    for (const GroupPlan& gp : plan.groups)
+        r.onednn_slot =
+            std::max(r.onednn_slot, aligned_bytes(gp.training.pd.workspace_desc().get_size()));
+    r.onednn = carve.take<unsigned char>(groups * static_cast<int64_t>(r.onednn_slot));
+    r.between =
+        groups > 1
+            ? carve.take<float>((groups - 1) * plan.seq_len * plan.batch * config.output_size())
+            : nullptr;
+    r.hn = carve.take<float>(state);
+    r.cn = carve.take<float>(state);
+    return r;
+}
+
+// bias (layers, D, 4H) <- b_ih + b_hh of each cell of the group, read from the flat parameters.
+// Overwrites.
+inline void sum_biases(const Config& config, const Group& group, const float* params, float* bias) {
+    const int64_t gates = 4 * config.hidden_size;
+    for (int64_t l = 0; l < group.num_layers; ++l)
+        for (int64_t d = 0; d < config.num_directions(); ++d) {
+            const CellOffsets o = cell_offsets(config, group.first_layer + l, d);
+            float* out = bias + (l * config.num_directions() + d) * gates;
+            for (int64_t k = 0; k < gates; ++k)
+                out[k] = params[o.bias_ih + k] + params[o.bias_hh + k];
+        }
+}
+
+// dparams' bias_ih and bias_hh of each cell of the group += dbias (layers, D, 4H). Accumulates.
+inline void add_bias_grads(const Config& config, const Group& group, const float* dbias,
+                           float* dparams) {
+    const int64_t gates = 4 * config.hidden_size;
+    for (int64_t l = 0; l < group.num_layers; ++l)
+        for (int64_t d = 0; d < config.num_directions(); ++d) {
+            const CellOffsets o = cell_offsets(config, group.first_layer + l, d);
+            const float* in = dbias + (l * config.num_directions() + d) * gates;
+            for (int64_t k = 0; k < gates; ++k) {
+                dparams[o.bias_ih + k] += in[k];
+                dparams[o.bias_hh + k] += in[k];
+            }
+        }
+}
+
+// Rethrows oneDNN's exceptions as lstm::Error naming what failed.
+template <typename Fn>
+auto onednn_call(const char* what, Fn&& fn) -> decltype(fn()) {
+    try {
+        return fn();
+    } catch (const dnnl::error& e) {
+        fail("oneDNN failed ", what, ": ", e.what(), " (dnnl_status_t ", static_cast<int>(e.status),
+             ")");
+    }
+}
+
+}  // namespace onednn_detail
+
+class OnednnVariant final : public Variant {
+public:
+    const char* name() const override { return "onednn"; }
+    Device device() const override { return Device::cpu; }
+
+    std::optional<std::string> supports(const Config&, DType dtype) const override {
+        if (dtype != DType::f32)
+            return std::string(
+                "oneDNN's LSTM primitive computes in float32 only; use 'basic' or "
+                "'fused' for float64");
+        return std::nullopt;
+    }
+
+    std::optional<std::string> supports_variable_lengths() const override {
+        return std::string(
+            "oneDNN's LSTM primitive runs every sequence for all T steps (it has no sequence "
+            "lengths), so hn/cn and the reverse direction would be wrong for shorter sequences; "
+            "pass equal lengths or use 'basic', 'fused' or 'cudnn'");
+    }
+
+    // The largest of what a training forward, an inference forward and a backward need: our
+    // converted weights, states and oneDNN's scratchpad. Builds (and caches) the plan.
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                           int64_t batch) const override {
+        using namespace onednn_detail;
+        if (dtype != DType::f32) return 0;
+        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch);
+        size_t most = 0;
+        for (Pass pass : {Pass::training, Pass::inference, Pass::backward}) {
+            detail::Carver carve(nullptr);
+            carve_workspace(carve, *plan, pass);
+            most = std::max(most, carve.bytes());
+        }
+        return most;
+    }
+
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                         int64_t batch) const override {
+        using namespace onednn_detail;
+        if (dtype != DType::f32) return 0;
+        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch);
+        detail::Carver carve(nullptr);
+        carve_reserve(carve, *plan);
+        return carve.bytes();
+    }
+
+protected:
+    // The float64 hooks stay the base's: supports() refuses float64 before they could run.
+    using Variant::run_backward;
+    using Variant::run_forward;
+
+    void run_forward(const Config& config, const ForwardArgs<float>& args) const override {
+        using namespace onednn_detail;
+        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1));
+        std::lock_guard<std::mutex> lock(plan->mutex);
+        onednn_call("in the LSTM forward", [&] { forward_pass(*plan, args); });
+    }
+
+    void run_backward(const Config& config, const BackwardArgs<float>& args) const override {
+        using namespace onednn_detail;
+        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1));
+        std::lock_guard<std::mutex> lock(plan->mutex);
+        onednn_call("in the LSTM backward", [&] { backward_pass(*plan, args); });
+    }
+
+private:
+    // Training forward when args.reserve is set, inference otherwise. Shapes as in ForwardArgs;
+    // all host memory. Overwrites y, hn, cn.
+    static void forward_pass(onednn_detail::Plan& plan, const ForwardArgs<float>& args) {
+        using namespace onednn_detail;
+        const Config& config = plan.config;
+        const bool training = args.reserve != nullptr;
+        detail::Carver ws_carve(args.workspace);
+        const Workspace ws =
+            carve_workspace(ws_carve, plan, training ? Pass::training : Pass::inference);
+        Reserve rs{};
+        if (training) {
+            detail::Carver rs_carve(args.reserve);
+            rs = carve_reserve(rs_carve, plan);
+        }
+        const int64_t state = plan.batch * config.hidden_size;  // one cell's (N, H)
+        const int64_t layer_out = plan.seq_len * plan.batch * config.output_size();
+        if (args.h0.empty() || args.c0.empty())
+            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * state);
+        const float* params = args.params.data();
+        const float* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
+        const float* c0 = args.c0.empty() ? ws.zeros : args.c0.data();
+        float* hn = training ? rs.hn : (args.hn.empty() ? ws.sink_h : args.hn.data());
+        float* cn = training ? rs.cn : (args.cn.empty() ? ws.sink_c : args.cn.data());
+        // Output of group g below the top: kept for backward when training.
+        auto group_out = [&](size_t g) {
+            return training ? rs.between + g * layer_out : ws.between[g % 2];
+        };
+
+        const size_t groups = plan.groups.size();
+        for (size_t g = 0; g < groups; ++g) {
+            GroupPlan& gp = plan.groups[g];
+            ForwardPlan& fp = training ? gp.training : gp.inference;
+            fp.build(plan.engine, training);
+            const Group& group = gp.group;
+            const int64_t cell0 = group.first_layer * config.num_directions();
+
+            fp.w_layer.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, false));
+            fp.w_layer.set(DNNL_ARG_TO, ws.w_layer);
+            fp.w_layer.set_scratchpad(ws.scratchpad);
+            fp.w_layer.run(plan.stream);
+            fp.w_iter.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, true));
+            fp.w_iter.set(DNNL_ARG_TO, ws.w_iter);
+            fp.w_iter.set_scratchpad(ws.scratchpad);
+            fp.w_iter.run(plan.stream);
+            sum_biases(config, group, params, ws.bias);
+
+            Bound& lstm = fp.lstm;
+            lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? args.x.data() : group_out(g - 1));
+            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * state);
+            lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * state);
+            lstm.set(DNNL_ARG_WEIGHTS_LAYER, ws.w_layer);
+            lstm.set(DNNL_ARG_WEIGHTS_ITER, ws.w_iter);
+            lstm.set(DNNL_ARG_BIAS, ws.bias);
+            lstm.set(DNNL_ARG_DST_LAYER, g + 1 == groups ? args.y.data() : group_out(g));
+            lstm.set(DNNL_ARG_DST_ITER, hn + cell0 * state);
+            lstm.set(DNNL_ARG_DST_ITER_C, cn + cell0 * state);
+            if (training) lstm.set(DNNL_ARG_WORKSPACE, rs.group_workspace(g));
+            lstm.set_scratchpad(ws.scratchpad);
+            lstm.run(plan.stream);
+            // The next group's weights overwrite ws.w_layer / ws.w_iter / ws.bias.
+            plan.stream.wait();
+        }
+        if (training) {
+            const size_t bytes = sizeof(float) * config.num_cells() * state;
+            if (!args.hn.empty()) std::memcpy(args.hn.data(), rs.hn, bytes);
+            if (!args.cn.empty()) std::memcpy(args.cn.data(), rs.cn, bytes);
+        }
+    }
+
+    // Backward of the matching training forward. Shapes as in BackwardArgs; all host memory.
+    // Overwrites dx, dh0, dc0; ADDS into dparams.
+    static void backward_pass(onednn_detail::Plan& plan, const BackwardArgs<float>& args) {
+        using namespace onednn_detail;
+        const Config& config = plan.config;
+        detail::Carver ws_carve(args.workspace);
+        const Workspace ws = carve_workspace(ws_carve, plan, Pass::backward);
+        detail::Carver rs_carve(args.reserve);
+        const Reserve rs = carve_reserve(rs_carve, plan);
+        const int64_t state = plan.batch * config.hidden_size;
+        const int64_t layer_out = plan.seq_len * plan.batch * config.output_size();
+        if (args.h0.empty() || args.c0.empty() || args.dhn.empty() || args.dcn.empty())
+            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * state);
+        const float* params = args.params.data();
+        float* dparams = args.dparams.data();
+        const float* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
+        const float* c0 = args.c0.empty() ? ws.zeros : args.c0.data();
+        const float* dhn = args.dhn.empty() ? ws.zeros : args.dhn.data();
+        const float* dcn = args.dcn.empty() ? ws.zeros : args.dcn.data();
+        float* dh0 = args.dh0.empty() ? ws.sink_h : args.dh0.data();
+        float* dc0 = args.dc0.empty() ? ws.sink_c : args.dc0.data();
+        float* dx = args.dx.empty() ? ws.dx : args.dx.data();
+        // Gradient w.r.t. the output of group g below the top.
+        auto group_dout = [&](size_t g) { return ws.between[g % 2]; };
+
+        const size_t groups = plan.groups.size();
+        for (size_t g = groups; g-- > 0;) {
+            GroupPlan& gp = plan.groups[g];
+            BackwardPlan& bp = gp.backward;
+            bp.build(plan.engine);
+            const Group& group = gp.group;
+            const int64_t cell0 = group.first_layer * config.num_directions();
+            const bool top = g + 1 == groups;
+
+            bp.w_layer.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, false));
+            bp.w_layer.set(DNNL_ARG_TO, ws.w_layer);
+            bp.w_layer.set_scratchpad(ws.scratchpad);
+            bp.w_layer.run(plan.stream);
+            bp.w_iter.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, true));
+            bp.w_iter.set(DNNL_ARG_TO, ws.w_iter);
+            bp.w_iter.set_scratchpad(ws.scratchpad);
+            bp.w_iter.run(plan.stream);
+            sum_biases(config, group, params, ws.bias);
+            std::memset(ws.dw_layer, 0, bp.pd.diff_weights_layer_desc().get_size());
+            std::memset(ws.dw_iter, 0, bp.pd.diff_weights_iter_desc().get_size());
+            std::memset(ws.dbias, 0, bp.pd.diff_bias_desc().get_size());
+
+            Bound& lstm = bp.lstm;
+            lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? args.x.data() : rs.between + (g - 1) * layer_out);
+            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * state);
+            lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * state);
+            lstm.set(DNNL_ARG_WEIGHTS_LAYER, ws.w_layer);
+            lstm.set(DNNL_ARG_WEIGHTS_ITER, ws.w_iter);
+            lstm.set(DNNL_ARG_BIAS, ws.bias);
+            lstm.set(DNNL_ARG_DST_LAYER, top ? args.y.data() : rs.between + g * layer_out);
+            lstm.set(DNNL_ARG_DST_ITER, rs.hn + cell0 * state);
+            lstm.set(DNNL_ARG_DST_ITER_C, rs.cn + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_DST_LAYER, top ? args.dy.data() : group_dout(g));
+            lstm.set(DNNL_ARG_DIFF_DST_ITER, dhn + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_DST_ITER_C, dcn + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_SRC_LAYER, g == 0 ? dx : group_dout(g - 1));
+            lstm.set(DNNL_ARG_DIFF_SRC_ITER, dh0 + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_SRC_ITER_C, dc0 + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_WEIGHTS_LAYER, ws.dw_layer);
+            lstm.set(DNNL_ARG_DIFF_WEIGHTS_ITER, ws.dw_iter);
+            lstm.set(DNNL_ARG_DIFF_BIAS, ws.dbias);
+            lstm.set(DNNL_ARG_WORKSPACE, rs.group_workspace(g));
+            lstm.set_scratchpad(ws.scratchpad);
+            lstm.run(plan.stream);
+
+            // Weight gradients: oneDNN's layout -> PyTorch's, added into dparams.
+            bp.dw_layer.set(DNNL_ARG_FROM, ws.dw_layer);
+            bp.dw_layer.set(DNNL_ARG_TO, dparams + user_weights_offset(config, group, false));
+            bp.dw_layer.set_scratchpad(ws.scratchpad);
+            bp.dw_layer.run(plan.stream);
+            bp.dw_iter.set(DNNL_ARG_FROM, ws.dw_iter);
+            bp.dw_iter.set(DNNL_ARG_TO, dparams + user_weights_offset(config, group, true));
+            bp.dw_iter.set_scratchpad(ws.scratchpad);
+            bp.dw_iter.run(plan.stream);
+            plan.stream.wait();
+            add_bias_grads(config, group, ws.dbias, dparams);
+        }
+    }
+
+    // The cached plan of (config, T, N), built on first request. Moves it to the front of the
+    // most-recently-used list and drops the oldest beyond kMaxPlans; a dropped plan lives on
+    // until the calls holding it return.
+    std::shared_ptr<onednn_detail::Plan> plan_for(const Config& config, int64_t seq_len,
+                                                  int64_t batch) const {
+        using namespace onednn_detail;
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        for (size_t k = 0; k < plans_.size(); ++k) {
+            const Plan& p = *plans_[k];
+            if (p.config == config && p.seq_len == seq_len && p.batch == batch) {
+                std::rotate(plans_.begin(), plans_.begin() + k, plans_.begin() + k + 1);
+                return plans_.front();
+            }
+        }
+        config.validate();
+        auto plan = std::make_shared<Plan>();
+        plan->config = config;
+        plan->seq_len = seq_len;
+        plan->batch = batch;
+        onednn_call("creating the LSTM primitive descriptors", [&] {
+            if (!engine_) engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
+            plan->engine = engine_;
+            for (const Group& group : make_groups(config))
+                plan->groups.push_back(make_group_plan(engine_, config, group, seq_len, batch));
+            plan->stream = dnnl::stream(engine_);
+        });
+        if (plans_.size() >= kMaxPlans) plans_.pop_back();
+        plans_.insert(plans_.begin(), plan);
+        return plan;
+    }
+
+    mutable std::mutex cache_mutex_;
+    mutable dnnl::engine engine_;  // one CPU engine for every plan, made on first use
+    mutable std::vector<std::shared_ptr<onednn_detail::Plan>> plans_;
+};
+
+}  // namespace lstm::cpu

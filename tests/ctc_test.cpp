@@ -1,0 +1,868 @@
+// CTC loss: the published values of NUMERICS.md, the double reference against an enumeration of
+// every path and against central finite differences, the fast kernel against the reference
+// (float and double, logits and log-probs, padded and concatenated targets, every reduction),
+// per-frame gradient sums, padding, batch = per-sample, thread-count invariance, infeasible
+// samples, errors, and the accuracy of float at T = 5000 against double.
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "lstm/loss/ctc.hpp"
+#include "lstm/reference/ctc_reference.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using lstm::Span;
+using lstm::TensorView;
+using lstm::loss::CtcArgs;
+using lstm::loss::CtcOutputs;
+using lstm::loss::Reduction;
+using lstm::reference::CtcReferenceCase;
+using lstm::reference::CtcReferenceResult;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr Reduction kReductions[] = {Reduction::none, Reduction::sum, Reduction::mean};
+
+// ---------------------------------------------------------------------------------------------
+// Running the library on a CtcReferenceCase
+// ---------------------------------------------------------------------------------------------
+
+enum class Targets { padded, concatenated };
+
+template <typename T>
+struct Run {
+    T loss = 0;
+    std::vector<T> grad;    // (T, N, C), NaN-initialized before the call
+    std::vector<T> losses;  // (N)
+};
+
+// Runs lstm::loss::ctc_loss on the case with inputs rounded to T. Padded targets get S = longest
+// + 2 with garbage (-5, blank, 10^6) past each target length, which must never be read.
+template <typename T>
+Run<T> run_ctc(const CtcReferenceCase& c, Targets layout = Targets::padded, bool with_grad = true,
+               size_t workspace_threads = 0) {
+    const std::vector<T> input = lstm::test::cast_vector<T>(c.input);
+    std::vector<int64_t> target_lengths(c.batch), flat;
+    size_t longest = 0;
+    for (const auto& t : c.targets) longest = std::max(longest, t.size());
+    const int64_t stride = static_cast<int64_t>(longest) + 2;
+    for (int64_t n = 0; n < c.batch; ++n) {
+        const auto& t = c.targets[n];
+        target_lengths[n] = static_cast<int64_t>(t.size());
+        flat.insert(flat.end(), t.begin(), t.end());
+        if (layout == Targets::padded) {
+            const int64_t garbage[] = {-5, c.blank, 1000000};
+            for (int64_t i = static_cast<int64_t>(t.size()); i < stride; ++i)
+                flat.push_back(garbage[i % 3]);
+        }
+    }
+    CtcArgs<T> args;
+    const TensorView<const T> view(input.data(), {c.max_time, c.batch, c.classes});
+    (c.logits ? args.logits : args.log_probs) = view;
+    args.targets =
+        layout == Targets::padded
+            ? TensorView<const int64_t>(flat.data(), {c.batch, stride})
+            : TensorView<const int64_t>(flat.data(), {static_cast<int64_t>(flat.size())});
+    args.input_lengths = Span<const int64_t>(c.input_lengths.data(), c.batch);
+    args.target_lengths = Span<const int64_t>(target_lengths.data(), c.batch);
+    args.blank = c.blank;
+    args.reduction = c.reduction;
+    args.zero_infinity = c.zero_infinity;
+
+    Run<T> out;
+    out.grad.assign(input.size(), std::numeric_limits<T>::quiet_NaN());
+    out.losses.assign(c.batch, std::numeric_limits<T>::quiet_NaN());
+    CtcOutputs<T> outputs;
+    if (with_grad)
+        (c.logits ? outputs.grad_logits : outputs.grad_log_probs) =
+            TensorView<T>(out.grad.data(), {c.max_time, c.batch, c.classes});
+    outputs.losses = TensorView<T>(out.losses.data(), {c.batch});
+    if (workspace_threads == 0) {
+        out.loss = lstm::loss::ctc_loss(args, outputs);
+    } else {
+        std::vector<unsigned char> workspace(
+            lstm::loss::ctc_workspace_bytes(args, static_cast<int>(workspace_threads)));
+        out.loss = lstm::loss::ctc_loss(args, outputs, workspace.data(), workspace.size());
+    }
+    return out;
+}
+
+// The case with its inputs rounded to T, so that the reference sees exactly what the kernel saw.
+template <typename T>
+CtcReferenceCase rounded(CtcReferenceCase c) {
+    for (double& v : c.input) v = static_cast<double>(static_cast<T>(v));
+    return c;
+}
+
+// A random case: logits uniform in [-scale, scale], labels from a small alphabet so repeats occur.
+CtcReferenceCase random_case(int64_t max_time, std::vector<int64_t> input_lengths,
+                             std::vector<int64_t> target_lengths, int64_t classes, int64_t blank,
+                             uint64_t seed, double scale = 2.0) {
+    CtcReferenceCase c;
+    c.max_time = max_time;
+    c.batch = static_cast<int64_t>(input_lengths.size());
+    c.classes = classes;
+    c.input = lstm::test::random_vector<double>(max_time * c.batch * classes, seed, -scale, scale);
+    c.input_lengths = std::move(input_lengths);
+    c.blank = blank;
+    std::mt19937_64 rng(seed + 1);
+    for (int64_t length : target_lengths) {
+        std::vector<int64_t> labels;
+        for (int64_t i = 0; i < length; ++i) {
+            int64_t label = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes - 1));
+            labels.push_back(label >= blank ? label + 1 : label);  // skip the blank
+        }
+        c.targets.push_back(labels);
+    }
+    return c;
+}
+
+template <typename T>
+double loss_tol() {
+    return std::is_same_v<T, float> ? 1e-6 : 1e-12;
+}
+
+// Kernel vs reference: loss, per-sample losses, gradient. Infinite values must match exactly.
+template <typename T>
+void check_against_reference(const CtcReferenceCase& c, const Run<T>& got,
+                             const CtcReferenceResult& want) {
+    const double tol = loss_tol<T>();
+    if (std::isinf(want.loss)) {
+        CHECK(static_cast<double>(got.loss) == want.loss);
+    } else {
+        CHECK(static_cast<double>(got.loss) == Approx(want.loss).epsilon(tol).margin(tol));
+    }
+    for (int64_t n = 0; n < c.batch; ++n) {
+        INFO("sample " << n);
+        if (std::isinf(want.losses[n]))
+            CHECK(static_cast<double>(got.losses[n]) == want.losses[n]);
+        else
+            CHECK(static_cast<double>(got.losses[n]) ==
+                  Approx(want.losses[n]).epsilon(tol).margin(tol));
+    }
+    double max_grad = 0;
+    for (double g : want.grad) max_grad = std::max(max_grad, std::abs(g));
+    LSTM_CHECK_CLOSE(lstm::test::compare("grad", got.grad, want.grad, tol * (max_grad + 1e-300),
+                                         std::is_same_v<T, float> ? 1e-6 : 1e-11));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brute force: every path of length T over C classes
+// ---------------------------------------------------------------------------------------------
+
+struct BruteForce {
+    double loss = 0;
+    std::vector<double> grad_log_probs;  // -posterior
+    int64_t alignments = 0;              // paths that collapse to the labels
+};
+
+BruteForce brute_force(const std::vector<double>& log_probs, int64_t frames, int64_t classes,
+                       const std::vector<int64_t>& labels, int64_t blank) {
+    std::vector<int64_t> path(frames, 0);
+    std::vector<std::vector<int64_t>> valid_paths;
+    std::vector<double> scores;
+    while (true) {
+        std::vector<int64_t> collapsed;
+        for (int64_t t = 0; t < frames; ++t) {
+            if (path[t] == blank || (t > 0 && path[t] == path[t - 1])) continue;
+            collapsed.push_back(path[t]);
+        }
+        if (collapsed == labels) {
+            double score = 0;
+            for (int64_t t = 0; t < frames; ++t) score += log_probs[t * classes + path[t]];
+            valid_paths.push_back(path);
+            scores.push_back(score);
+        }
+        int64_t t = 0;
+        while (t < frames && ++path[t] == classes) path[t++] = 0;
+        if (t == frames) break;
+    }
+    BruteForce out;
+    out.alignments = static_cast<int64_t>(valid_paths.size());
+    out.grad_log_probs.assign(frames * classes, 0.0);
+    double max = -kInf;
+    for (double s : scores) max = std::max(max, s);
+    if (max == -kInf) {
+        out.loss = kInf;
+        return out;
+    }
+    double sum = 0;
+    for (double s : scores) sum += std::exp(s - max);
+    const double loglik = max + std::log(sum);
+    out.loss = -loglik;
+    for (size_t i = 0; i < valid_paths.size(); ++i)
+        for (int64_t t = 0; t < frames; ++t)
+            out.grad_log_probs[t * classes + valid_paths[i][t]] -= std::exp(scores[i] - loglik);
+    return out;
+}
+
+// log of the binomial coefficient, for the number of alignments of uniform inputs.
+double log_choose(double n, double k) {
+    return std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1);
+}
+
+// Norm-wise relative error ||got - want|| / ||want||.
+template <typename A>
+double relative_error(const std::vector<A>& got, const std::vector<double>& want) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        const double d = static_cast<double>(got[i]) - want[i];
+        diff += d * d;
+        norm += want[i] * want[i];
+    }
+    return std::sqrt(diff / norm);
+}
+
+// A one-sample case from explicit rows (T, C).
+CtcReferenceCase single(std::vector<double> rows, int64_t classes, std::vector<int64_t> labels,
+                        bool logits = true) {
+    CtcReferenceCase c;
+    c.max_time = static_cast<int64_t>(rows.size()) / classes;
+    c.batch = 1;
+    c.classes = classes;
+    c.input = std::move(rows);
+    c.logits = logits;
+    c.targets = {std::move(labels)};
+    c.input_lengths = {c.max_time};
+    c.reduction = Reduction::sum;
+    return c;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Published values
+// ---------------------------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("ctc_loss reproduces the published CTC values", "[ctc]", float, double) {
+    using T = TestType;
+    // The table gives 11 significant digits.
+    const double tol = std::is_same_v<T, float> ? 2e-7 : 3e-11;
+    const double ln4 = std::log(4.0);
+    struct Published {
+        const char* name;
+        CtcReferenceCase c;
+        double loss;
+    };
+    std::vector<double> rising(15), falling(15);
+    for (int i = 0; i < 15; ++i) rising[i] = i + 1;  // rows [1..5], [6..10], [11..15]
+    for (int t = 0; t < 3; ++t)
+        for (int k = 0; k < 5; ++k) falling[t * 5 + k] = -5.0 * (t + 1) + k;  // [-5..-1], ...
+    const std::vector<Published> cases = {
+        {"rising rows, labels [3, 3]", single(rising, 5, {3, 3}), 7.3557431878},
+        {"falling rows, labels [2, 3]", single(falling, 5, {2, 3}), 4.9388498670},
+        {"zero logits, T 1, labels [1]", single(std::vector<double>(5, 0.0), 5, {1}),
+         std::log(5.0)},
+        {"two peaked frames, labels [1, 2]",
+         single({0.1, 0.6, 0.1, 0.1, 0.1, 0.1, 0.1, 0.6, 0.1, 0.1}, 5, {1, 2}), 2.4628583915},
+        {"uniform, T 2, labels [1, 1] (infeasible)", single(std::vector<double>(8, 0.3), 4, {1, 1}),
+         kInf},
+        {"uniform, T 3, labels [1, 1] (one alignment)",
+         single(std::vector<double>(12, 0.3), 4, {1, 1}), 3 * ln4},
+        {"uniform, T 3, empty labels", single(std::vector<double>(12, 0.3), 4, {}), 3 * ln4},
+    };
+    for (const auto& p : cases) {
+        for (const bool logits : {true, false}) {
+            INFO(p.name << (logits ? ", logits" : ", log_probs"));
+            CtcReferenceCase c = p.c;
+            if (!logits) {  // the same distribution given as log-probs
+                c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
+                c.logits = false;
+            }
+            const Run<T> got = run_ctc<T>(c);
+            if (std::isinf(p.loss)) {
+                CHECK(static_cast<double>(got.loss) == kInf);
+                for (T g : got.grad) CHECK(g == T(0));  // finite, and exactly zero
+            } else {
+                CHECK(static_cast<double>(got.loss) == Approx(p.loss).epsilon(tol));
+            }
+            // The oracle agrees with the published value too.
+            CHECK(lstm::reference::ctc_reference(rounded<T>(c)).loss ==
+                  Approx(p.loss).epsilon(std::is_same_v<T, float> ? 2e-7 : 1e-10));
+        }
+    }
+    // The published logits-gradient of the two-frame case: -0.708125 on the label class, +0.177031
+    // on each other class, per frame.
+    const Run<T> got = run_ctc<T>(cases[3].c);
+    for (int t = 0; t < 2; ++t)
+        for (int k = 0; k < 5; ++k) {
+            INFO("t " << t << " class " << k);
+            const double want = k == t + 1 ? -0.708125 : 0.177031;
+            CHECK(static_cast<double>(got.grad[t * 5 + k]) == Approx(want).margin(1e-6));
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The oracle and the kernel against an enumeration of every path
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("ctc reference and kernel equal brute-force path enumeration for T <= 6", "[ctc]") {
+    struct Small {
+        int64_t frames, classes, blank;
+        std::vector<int64_t> labels;
+    };
+    const std::vector<Small> smalls = {
+        {1, 3, 0, {}},        {1, 3, 0, {2}},       {2, 3, 0, {1, 2}},    {3, 3, 0, {1, 1}},
+        {2, 3, 0, {1, 1}},    {4, 4, 0, {1, 2, 1}}, {5, 4, 0, {3, 3}},    {6, 4, 0, {1, 2, 3}},
+        {6, 3, 2, {0, 1, 0}}, {5, 4, 3, {0}},       {6, 4, 1, {0, 0, 2}}, {6, 4, 0, {}},
+        {4, 2, 0, {1, 1, 1}}, {6, 2, 1, {0, 0, 0}}, {3, 4, 0, {1, 2, 3}}, {6, 3, 0, {2, 2, 1, 1}},
+    };
+    uint64_t seed = 100;
+    for (const auto& s : smalls) {
+        for (const bool logits : {true, false}) {
+            INFO("T " << s.frames << " C " << s.classes << " blank " << s.blank << " L "
+                      << s.labels.size() << (logits ? " logits" : " log_probs"));
+            CtcReferenceCase c =
+                single(lstm::test::random_vector<double>(s.frames * s.classes, ++seed, -2.0, 2.0),
+                       s.classes, s.labels, logits);
+            c.blank = s.blank;
+            const std::vector<double> lp =
+                logits ? lstm::reference::log_softmax_rows(c.input, c.classes) : c.input;
+            const BruteForce want = brute_force(lp, s.frames, s.classes, s.labels, s.blank);
+            // The reference, w.r.t. log-probs.
+            const auto ref =
+                lstm::reference::ctc_sample_reference(lp, s.frames, s.classes, s.labels, s.blank);
+            if (std::isinf(want.loss)) {
+                CHECK(ref.loss == kInf);
+            } else {
+                CHECK(ref.loss == Approx(want.loss).epsilon(1e-13));
+            }
+            LSTM_CHECK_CLOSE(lstm::test::compare("reference grad_log_probs", ref.grad_log_probs,
+                                                 want.grad_log_probs, 1e-14, 1e-12));
+            // The kernel in double, w.r.t. whichever input it got.
+            const Run<double> got = run_ctc<double>(c);
+            std::vector<double> want_grad = want.grad_log_probs;
+            if (logits && !std::isinf(want.loss))
+                for (size_t i = 0; i < lp.size(); ++i) want_grad[i] += std::exp(lp[i]);
+            if (std::isinf(want.loss)) {
+                CHECK(got.loss == kInf);
+            } else {
+                CHECK(got.loss == Approx(want.loss).epsilon(1e-13));
+            }
+            LSTM_CHECK_CLOSE(lstm::test::compare("kernel grad", got.grad, want_grad, 1e-14, 1e-12));
+        }
+    }
+}
+
+TEST_CASE("ctc log-probs with -inf entries (impossible classes) match brute force", "[ctc]") {
+    const int64_t frames = 5, classes = 4;
+    auto lp = lstm::test::random_vector<double>(frames * classes, 7, -3.0, 0.0);
+    lp[0 * classes + 2] = -kInf;  // label 2 impossible at t = 0
+    lp[2 * classes + 0] = -kInf;  // blank impossible at t = 2
+    lp[3 * classes + 1] = -kInf;
+    for (const auto& labels : std::vector<std::vector<int64_t>>{{2, 1}, {1, 1}, {3}, {2, 2, 3}}) {
+        INFO("L " << labels.size());
+        const BruteForce want = brute_force(lp, frames, classes, labels, 0);
+        const Run<double> got = run_ctc<double>(single(lp, classes, labels, false));
+        if (std::isinf(want.loss))
+            CHECK(got.loss == kInf);
+        else
+            CHECK(got.loss == Approx(want.loss).epsilon(1e-13));
+        LSTM_CHECK_CLOSE(
+            lstm::test::compare("grad_log_probs", got.grad, want.grad_log_probs, 1e-14, 1e-12));
+    }
+}
+
+TEST_CASE("ctc number of alignments of uniform inputs equals the closed form", "[ctc]") {
+    // With uniform inputs every path has probability C^-T, so loss = T ln C - ln(#alignments);
+    // the count C(T + L - R, 2L) (R = adjacent repeats) is checked here against enumeration.
+    const int64_t classes = 3;
+    for (int64_t frames = 1; frames <= 6; ++frames) {
+        for (const auto& labels : std::vector<std::vector<int64_t>>{
+                 {}, {1}, {1, 2}, {1, 1}, {2, 1, 2}, {1, 1, 1}, {1, 2, 2}}) {
+            INFO("T " << frames << " L " << labels.size());
+            const std::vector<double> lp(frames * classes, -std::log(3.0));
+            int64_t repeats = 0;
+            for (size_t i = 1; i < labels.size(); ++i) repeats += labels[i] == labels[i - 1];
+            const int64_t count = static_cast<int64_t>(labels.size());
+            const BruteForce want = brute_force(lp, frames, classes, labels, 0);
+            const double n = static_cast<double>(frames + count - repeats);
+            const double closed = n >= 2.0 * count ? std::exp(log_choose(n, 2.0 * count)) : 0.0;
+            CHECK(static_cast<double>(want.alignments) == Approx(closed).epsilon(1e-12));
+            const Run<double> got = run_ctc<double>(single(lp, classes, labels, false));
+            if (want.alignments == 0)
+                CHECK(got.loss == kInf);
+            else
+                CHECK(got.loss == Approx(frames * std::log(3.0) - std::log(closed)).epsilon(1e-13));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finite differences
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("ctc gradient matches central finite differences in double", "[ctc]") {
+    // Variable lengths, a repeat, an empty target and blank = C - 1; every input element,
+    // including padded frames (whose finite difference is 0), for both input kinds and every
+    // reduction. The kernel's analytic gradient is compared with differences of the reference.
+    CtcReferenceCase base = random_case(5, {5, 3, 4}, {2, 0, 3}, 4, 3, 31);
+    base.targets[0] = {1, 1};
+    for (const bool logits : {true, false}) {
+        for (const Reduction reduction : kReductions) {
+            INFO((logits ? "logits" : "log_probs")
+                 << ", reduction " << lstm::loss::to_string(reduction));
+            CtcReferenceCase c = base;
+            c.logits = logits;
+            c.reduction = reduction;
+            if (!logits) {  // unnormalized log-probs: the derivative is the partial one
+                for (double& v : c.input) v -= 1.3;
+            }
+            const Run<double> got = run_ctc<double>(c);
+            std::vector<double> fd(c.input.size());
+            const double h = 1e-6;
+            for (size_t i = 0; i < c.input.size(); ++i) {
+                CtcReferenceCase up = c, down = c;
+                up.input[i] += h;
+                down.input[i] -= h;
+                fd[i] = (lstm::reference::ctc_reference(up).loss -
+                         lstm::reference::ctc_reference(down).loss) /
+                        (2 * h);
+            }
+            LSTM_CHECK_CLOSE(
+                lstm::test::compare("grad vs finite differences", got.grad, fd, 2e-8, 1e-6));
+            check_against_reference(c, got, lstm::reference::ctc_reference(c));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel against the reference
+// ---------------------------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("ctc_loss matches the reference on random batches", "[ctc]", float, double) {
+    using T = TestType;
+    struct Shape {
+        int64_t max_time;
+        std::vector<int64_t> input_lengths, target_lengths;
+        int64_t classes, blank;
+        double scale;
+    };
+    const std::vector<Shape> shapes = {
+        {7, {7, 5, 1, 6}, {3, 2, 0, 1}, 5, 0, 2.0},
+        {50, {50, 33, 17, 49, 8}, {20, 15, 5, 1, 3}, 6, 5, 3.0},  // repeats, T near L + R
+        {30, {30, 30}, {14, 9}, 3, 1, 1.0},                       // tiny alphabet: many repeats
+        {40, {40, 12, 25}, {39, 12, 3}, 9, 4, 20.0},  // saturated logits, infeasible samples
+        {13, {13}, {6}, 2, 0, 2.0},
+    };
+    uint64_t seed = 500;
+    for (const auto& s : shapes) {
+        CtcReferenceCase base = random_case(s.max_time, s.input_lengths, s.target_lengths,
+                                            s.classes, s.blank, ++seed, s.scale);
+        for (const bool logits : {true, false}) {
+            for (const Reduction reduction : kReductions) {
+                for (const bool zero_infinity : {false, true}) {
+                    for (const Targets layout : {Targets::padded, Targets::concatenated}) {
+                        INFO("T " << s.max_time << " C " << s.classes << " "
+                                  << (logits ? "logits" : "log_probs") << " "
+                                  << lstm::loss::to_string(reduction) << " zero_infinity "
+                                  << zero_infinity << " "
+                                  << (layout == Targets::padded ? "padded" : "concatenated"));
+                        CtcReferenceCase c = base;
+                        c.logits = logits;
+                        if (!logits)
+                            c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
+                        c.reduction = reduction;
+                        c.zero_infinity = zero_infinity;
+                        c = rounded<T>(c);
+                        const Run<T> got = run_ctc<T>(c, layout);
+                        check_against_reference(c, got, lstm::reference::ctc_reference(c));
+                        CHECK(lstm::test::all_finite(got.grad));
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("ctc_loss stays exact and finite on extreme logits", "[ctc]", float, double) {
+    using T = TestType;
+    // Logits of +-100 and +-1e4: log-probs of -2e4 per frame, where a probability-space recursion
+    // underflows. The double reference is exact in log space, so the kernel must agree with it.
+    for (const double scale : {100.0, 1e4}) {
+        INFO("scale " << scale);
+        CtcReferenceCase c = random_case(12, {12, 9, 6}, {4, 3, 3}, 5, 0, 77, 1.0);
+        for (double& v : c.input) v = v > 0 ? scale : (v < -0.5 ? -scale : 0.0);
+        c.targets[1] = {2, 2, 2};  // needs two blanks: at 9 frames still feasible
+        for (const bool logits : {true, false}) {
+            CtcReferenceCase d = c;
+            d.logits = logits;
+            if (!logits) d.input = lstm::reference::log_softmax_rows(d.input, d.classes);
+            d.reduction = Reduction::sum;
+            d = rounded<T>(d);
+            const Run<T> got = run_ctc<T>(d);
+            const CtcReferenceResult want = lstm::reference::ctc_reference(d);
+            check_against_reference(d, got, want);
+            CHECK(lstm::test::all_finite(got.grad));
+            for (T l : got.losses) CHECK(!std::isnan(l));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structural properties
+// ---------------------------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("ctc gradient sums per frame to 0 (logits) or -scale (log-probs), padding is 0",
+                   "[ctc]", float, double) {
+    using T = TestType;
+    CtcReferenceCase c = random_case(20, {20, 11, 1, 16}, {6, 4, 0, 7}, 7, 2, 91);
+    for (const bool logits : {true, false}) {
+        for (const Reduction reduction : kReductions) {
+            INFO((logits ? "logits" : "log_probs") << " " << lstm::loss::to_string(reduction));
+            CtcReferenceCase d = c;
+            d.logits = logits;
+            if (!logits) d.input = lstm::reference::log_softmax_rows(d.input, d.classes);
+            d.reduction = reduction;
+            const Run<T> got = run_ctc<T>(d);  // gradient NaN-filled before the call
+            for (int64_t n = 0; n < d.batch; ++n) {
+                const double length = static_cast<double>(std::max<size_t>(d.targets[n].size(), 1));
+                const double scale = reduction == Reduction::mean
+                                         ? 1.0 / (length * static_cast<double>(d.batch))
+                                         : 1.0;
+                for (int64_t t = 0; t < d.max_time; ++t) {
+                    INFO("n " << n << " t " << t);
+                    const T* row = got.grad.data() + (t * d.batch + n) * d.classes;
+                    if (t >= d.input_lengths[n]) {  // padded frame: exactly zero
+                        for (int64_t k = 0; k < d.classes; ++k) CHECK(row[k] == T(0));
+                        continue;
+                    }
+                    double sum = 0;
+                    for (int64_t k = 0; k < d.classes; ++k) sum += static_cast<double>(row[k]);
+                    const double want = logits ? 0.0 : -scale;
+                    CHECK(sum == Approx(want).margin(std::is_same_v<T, float> ? 1e-6 : 1e-12));
+                }
+            }
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("ctc batch equals each sample run alone, bit for bit", "[ctc]", float, double) {
+    using T = TestType;
+    CtcReferenceCase c = random_case(25, {25, 9, 18, 25, 3}, {8, 2, 17, 0, 2}, 6, 0, 123);
+    c.reduction = Reduction::sum;
+    c.targets[2] = std::vector<int64_t>(9, 3);  // 9 repeats: 18 frames is exactly feasible
+    for (const bool logits : {true, false}) {
+        c.logits = logits;
+        const Run<T> batch = run_ctc<T>(c);
+        double total = 0;
+        for (int64_t n = 0; n < c.batch; ++n) {
+            INFO((logits ? "logits" : "log_probs") << " sample " << n);
+            CtcReferenceCase one;
+            one.max_time = c.max_time;
+            one.batch = 1;
+            one.classes = c.classes;
+            one.logits = logits;
+            one.reduction = Reduction::sum;
+            one.targets = {c.targets[n]};
+            one.input_lengths = {c.input_lengths[n]};
+            for (int64_t t = 0; t < c.max_time; ++t)
+                for (int64_t k = 0; k < c.classes; ++k)
+                    one.input.push_back(c.input[(t * c.batch + n) * c.classes + k]);
+            const Run<T> alone = run_ctc<T>(one);
+            CHECK(alone.loss == batch.losses[n]);
+            total += static_cast<double>(alone.loss);
+            for (int64_t t = 0; t < c.max_time; ++t)
+                for (int64_t k = 0; k < c.classes; ++k)
+                    CHECK(alone.grad[t * c.classes + k] ==
+                          batch.grad[(t * c.batch + n) * c.classes + k]);
+        }
+        CHECK(static_cast<double>(batch.loss) ==
+              Approx(total).epsilon(std::is_same_v<T, float> ? 1e-7 : 1e-15));
+        CHECK(std::isinf(static_cast<double>(batch.losses[2])) == false);
+    }
+}
+
+TEMPLATE_TEST_CASE("ctc results are bit-identical for every thread count and workspace size",
+                   "[ctc]", float, double) {
+    using T = TestType;
+    CtcReferenceCase c =
+        random_case(60, {60, 41, 59, 7, 33, 60, 12}, {20, 11, 25, 3, 9, 1, 5}, 11, 0, 321);
+    c.reduction = Reduction::mean;
+    const Run<T> want = run_ctc<T>(c, Targets::padded, true, 1);  // a one-thread workspace
+#ifdef _OPENMP
+    const int saved = omp_get_max_threads();
+    for (const int threads : {1, 2, 3, 4, 8}) {
+        omp_set_num_threads(threads);
+        for (const size_t workspace_threads : {size_t(0), size_t(2), size_t(16)}) {
+            INFO("threads " << threads << " workspace for " << workspace_threads);
+            const Run<T> got = run_ctc<T>(c, Targets::padded, true, workspace_threads);
+            CHECK(got.loss == want.loss);
+            CHECK(got.losses == want.losses);
+            CHECK(got.grad == want.grad);
+        }
+    }
+    omp_set_num_threads(saved);
+#endif
+    // And the numbers themselves are right.
+    check_against_reference(c, want, lstm::reference::ctc_reference(rounded<T>(c)));
+}
+
+TEMPLATE_TEST_CASE("ctc infeasible samples: +inf and zero gradient, or 0 under zero_infinity",
+                   "[ctc]", float, double) {
+    using T = TestType;
+    // Sample 0 needs 5 frames (3 labels + 2 repeats) but has 4; sample 1 needs more labels than
+    // frames; sample 2 is fine.
+    CtcReferenceCase c = random_case(6, {4, 3, 6}, {3, 4, 2}, 5, 0, 55);
+    c.targets[0] = {2, 2, 2};
+    for (const Reduction reduction : kReductions) {
+        for (const bool zero_infinity : {false, true}) {
+            INFO(lstm::loss::to_string(reduction) << " zero_infinity " << zero_infinity);
+            c.reduction = reduction;
+            c.zero_infinity = zero_infinity;
+            const Run<T> got = run_ctc<T>(c);
+            const CtcReferenceResult want = lstm::reference::ctc_reference(rounded<T>(c));
+            for (int64_t n = 0; n < 2; ++n) {
+                CHECK(static_cast<double>(got.losses[n]) == (zero_infinity ? 0.0 : kInf));
+                for (int64_t t = 0; t < c.max_time; ++t)
+                    for (int64_t k = 0; k < c.classes; ++k)
+                        CHECK(got.grad[(t * c.batch + n) * c.classes + k] == T(0));
+            }
+            CHECK(std::isfinite(static_cast<double>(got.losses[2])));
+            if (zero_infinity)
+                CHECK(static_cast<double>(got.loss) == Approx(want.loss).epsilon(loss_tol<T>()));
+            else
+                CHECK(static_cast<double>(got.loss) == kInf);
+            check_against_reference(c, got, want);
+        }
+    }
+}
+
+TEST_CASE("ctc mean divides each loss by its target length (min 1), then averages", "[ctc]") {
+    CtcReferenceCase c = random_case(15, {15, 10, 12}, {4, 0, 6}, 5, 0, 8);
+    c.reduction = Reduction::none;
+    const Run<double> none = run_ctc<double>(c);
+    c.reduction = Reduction::sum;
+    const Run<double> sum = run_ctc<double>(c);
+    c.reduction = Reduction::mean;
+    const Run<double> mean = run_ctc<double>(c);
+    const double want_mean = (none.losses[0] / 4 + none.losses[1] / 1 + none.losses[2] / 6) / 3;
+    CHECK(mean.loss == Approx(want_mean).epsilon(1e-15));
+    CHECK(sum.loss == Approx(none.losses[0] + none.losses[1] + none.losses[2]).epsilon(1e-15));
+    CHECK(none.loss == sum.loss);  // none returns the sum; per-sample values are in `losses`
+    CHECK(none.grad == sum.grad);
+    // The mean's gradient is each sample's sum-gradient over N * max(L, 1).
+    const double divisors[] = {12.0, 3.0, 18.0};
+    for (int64_t t = 0; t < c.max_time; ++t)
+        for (int64_t n = 0; n < 3; ++n)
+            for (int64_t k = 0; k < c.classes; ++k) {
+                const size_t i = (t * 3 + n) * c.classes + k;
+                CHECK(mean.grad[i] ==
+                      Approx(sum.grad[i] / divisors[n]).epsilon(1e-15).margin(1e-300));
+            }
+}
+
+TEMPLATE_TEST_CASE("ctc_loss without a gradient gives the same losses", "[ctc]", float, double) {
+    using T = TestType;
+    CtcReferenceCase c = random_case(30, {30, 21}, {10, 7}, 8, 0, 4);
+    c.reduction = Reduction::mean;
+    const Run<T> with = run_ctc<T>(c);
+    const Run<T> without = run_ctc<T>(c, Targets::padded, false);
+    CHECK(with.loss == without.loss);
+    CHECK(with.losses == without.losses);
+    check_against_reference(c, with, lstm::reference::ctc_reference(rounded<T>(c)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("ctc_loss rejects bad arguments with lstm::Error naming them", "[ctc]") {
+    using Catch::Contains;
+    const int64_t T = 4, N = 2, C = 5;
+    std::vector<float> x(T * N * C, 0.1f), g(T * N * C), losses(N);
+    std::vector<int64_t> targets = {1, 2, 3, 4, 2, 0}, input_lengths = {4, 3},
+                         target_lengths = {3, 2};
+    auto make = [&] {
+        CtcArgs<float> a;
+        a.logits = TensorView<const float>(x.data(), {T, N, C});
+        a.targets = TensorView<const int64_t>(targets.data(), {N, 3});
+        a.input_lengths = input_lengths;
+        a.target_lengths = target_lengths;
+        return a;
+    };
+    CtcOutputs<float> out;
+    out.grad_logits = TensorView<float>(g.data(), {T, N, C});
+    CHECK_NOTHROW(lstm::loss::ctc_loss(make(), out));
+
+    auto a = make();
+    targets[1] = 0;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("targets[0][1] = 0 equals the blank"));
+    targets[1] = 5;
+    CHECK_THROWS_AS(lstm::loss::ctc_loss(a, out), lstm::Error);
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("targets[0][1] = 5 is out of range for C = 5"));
+    targets[1] = -1;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("targets[0][1] = -1"));
+    targets[1] = 2;
+
+    target_lengths[1] = 4;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("target_lengths[1] = 4 exceeds S = 3"));
+    target_lengths[1] = -1;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("target_lengths[1] = -1 must be >= 0"));
+    target_lengths[1] = 2;
+
+    input_lengths[1] = 0;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("input_lengths[1] = 0 must be >= 1"));
+    input_lengths[1] = 5;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("input_lengths[1] = 5 exceeds T = 4"));
+    input_lengths[1] = 3;
+
+    // Mismatched batch sizes.
+    a.targets = TensorView<const int64_t>(targets.data(), {3, 2});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("targets has 3 rows but the batch has N = 2"));
+    a = make();
+    a.input_lengths = Span<const int64_t>(input_lengths.data(), 1);
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("input_lengths must have N = 2"));
+    a = make();
+    a.target_lengths = Span<const int64_t>(target_lengths.data(), 3);
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("target_lengths must have N = 2"));
+
+    // Concatenated targets must hold exactly the sum of the target lengths.
+    a = make();
+    a.targets = TensorView<const int64_t>(targets.data(), {4});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("concatenated targets must have 5 elements"));
+    targets = {1, 2, 3, 4, 2, 0};
+    a.targets = TensorView<const int64_t>(targets.data(), {5});
+    targets[3] = 0;  // sample 1, label 0 in the concatenated layout
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("targets[3] (sample 1, label 0) = 0 equals the blank"));
+    targets[3] = 4;
+
+    // Input and output naming.
+    a = make();
+    a.log_probs = a.logits;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("got both"));
+    a.logits = {};
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
+                      Contains("grad_logits was given but the input is log_probs"));
+    a = make();
+    a.logits = {};
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("got neither"));
+    a = make();
+    CtcOutputs<float> wrong;
+    wrong.grad_log_probs = TensorView<float>(g.data(), {T, N, C});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong),
+                      Contains("grad_log_probs was given but the input is logits"));
+    wrong = {};
+    wrong.grad_logits = TensorView<float>(g.data(), {T, N, C - 1});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong), Contains("grad_logits must have shape"));
+    wrong.grad_logits = TensorView<float>(x.data(), {T, N, C});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong), Contains("must not overlap logits"));
+    wrong = {};
+    wrong.losses = TensorView<float>(losses.data(), {N + 1});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong), Contains("losses must have shape"));
+    a.blank = 5;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("blank = 5 is out of range"));
+    a = make();
+    a.logits = TensorView<const float>(x.data(), {T, N * C});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("logits must have rank 3"));
+
+    // Workspace.
+    a = make();
+    const size_t need = lstm::loss::ctc_workspace_bytes(a, 1);
+    std::vector<unsigned char> workspace(need);
+    CHECK_NOTHROW(lstm::loss::ctc_loss(a, out, workspace.data(), need));
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out, workspace.data(), need - 1),
+                      Contains("workspace has " + std::to_string(need - 1) + " bytes"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long inputs: float against double at T = 5000
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("ctc at T = 5000: float agrees with the double reference (grad 1e-4, loss 1e-6)",
+          "[ctc]") {
+    // Two inputs a float recursion gets wrong: random logits, and "peaky" logits like those of
+    // a trained model (blank dominant, each label spiking once near its place), where alpha
+    // spans thousands of nats. The reference runs in double on the float-rounded inputs, so the
+    // difference is the float computation's own error.
+    const int64_t T = 5000, C = 40, L = 300;
+    CtcReferenceCase random = random_case(T, {T, 4321}, {L, 200}, C, 0, 2024, 3.0);
+    CtcReferenceCase peaky = random;
+    std::mt19937_64 rng(99);
+    std::normal_distribution<double> noise(0.0, 1.0);
+    for (int64_t n = 0; n < peaky.batch; ++n) {
+        const auto& labels = peaky.targets[n];
+        const int64_t frames = peaky.input_lengths[n];
+        for (int64_t t = 0; t < T; ++t) {
+            double* row = peaky.input.data() + (t * peaky.batch + n) * C;
+            for (int64_t k = 0; k < C; ++k) row[k] = 2.0 * noise(rng);
+            row[0] += 8.0;              // blank
+            if (t >= frames) continue;  // padding: plain noise
+            // A spike near the start of each label's segment of the sample's frames.
+            const int64_t count = static_cast<int64_t>(labels.size());
+            if (t * count % frames < 3 * count) row[labels[t * count / frames]] += 14.0;
+        }
+    }
+    for (const CtcReferenceCase* base : {&random, &peaky}) {
+        for (const bool logits : {true, false}) {
+            INFO((base == &random ? "random" : "peaky") << (logits ? " logits" : " log_probs"));
+            CtcReferenceCase c = *base;
+            c.reduction = Reduction::sum;
+            c.logits = logits;
+            if (!logits) c.input = lstm::reference::log_softmax_rows(c.input, C);
+            c = rounded<float>(c);
+            const CtcReferenceResult want = lstm::reference::ctc_reference(c);
+            const Run<float> got = run_ctc<float>(c);
+            const double grad_error = relative_error(got.grad, want.grad);
+            const double loss_error =
+                std::abs(static_cast<double>(got.loss) - want.loss) / std::abs(want.loss);
+            UNSCOPED_INFO("float: gradient relative error "
+                          << grad_error << ", loss relative error " << loss_error << ", loss "
+                          << want.loss);
+            CHECK(grad_error <= 1e-4);
+            CHECK(loss_error <= 1e-6);
+            for (int64_t n = 0; n < c.batch; ++n)
+                CHECK(std::abs(static_cast<double>(got.losses[n]) - want.losses[n]) <=
+                      1e-6 * std::abs(want.losses[n]));
+            // In double the kernel agrees with the reference to the precision double itself has
+            // here: log alpha reaches 2e4, whose spacing is 4e-12, and 5000 roundings of it
+            // random-walk to about 1e-10 in the log-probability of an occupation.
+            const Run<double> exact = run_ctc<double>(c);
+            const double exact_error = relative_error(exact.grad, want.grad);
+            UNSCOPED_INFO("double: gradient relative error " << exact_error);
+            CHECK(exact_error <= 1e-9);
+            CHECK(exact.loss == Approx(want.loss).epsilon(1e-12));
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("ctc at T = 5000 with uniform inputs equals T ln C - ln C(T + L - R, 2L)",
+                   "[ctc]", float, double) {
+    using T = TestType;
+    const int64_t frames = 5000, classes = 20;
+    CtcReferenceCase c = random_case(frames, {frames, 3001}, {600, 1400}, classes, 0, 5);
+    for (double& v : c.input) v = 0.7;
+    c.targets[1].assign(1400, 4);  // 1399 repeats: needs 2799 frames of its 3001
+    c.reduction = Reduction::none;
+    const Run<T> got = run_ctc<T>(c);
+    for (int64_t n = 0; n < 2; ++n) {
+        const auto& labels = c.targets[n];
+        int64_t repeats = 0;
+        for (size_t i = 1; i < labels.size(); ++i) repeats += labels[i] == labels[i - 1];
+        const double count = static_cast<double>(labels.size());
+        const double frames_n = static_cast<double>(c.input_lengths[n]);
+        const double want = frames_n * std::log(static_cast<double>(classes)) -
+                            log_choose(frames_n + count - static_cast<double>(repeats), 2 * count);
+        INFO("sample " << n << " loss " << want);
+        CHECK(static_cast<double>(got.losses[n]) ==
+              Approx(want).epsilon(std::is_same_v<T, float> ? 1e-7 : 1e-12));
+    }
+    CHECK(lstm::test::all_finite(got.grad));
+}

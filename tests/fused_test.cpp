@@ -1,0 +1,479 @@
+// What the registry tests cannot see of the `fused` variant: its two instruction-set paths
+// (the registry runs whichever one is automatic), shapes large enough for full micro-tiles,
+// inference forward, mixing paths between forward and backward, thread-count invariance of the
+// AVX-512 path, the packed weight layouts, the vector gate math against kernels/common/gates.hpp,
+// and the instruction-set switch itself.
+
+#include "lstm/variants/fused.hpp"
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/common/gates.hpp"
+#include "kernels/cpu/avx512_gemm.hpp"
+#include "kernels/cpu/fused_cell.hpp"
+#include "tolerance.hpp"
+#include "variant_runner.hpp"
+
+using namespace lstm;
+using namespace lstm::test;
+using Catch::Matchers::Contains;
+using cpu::FusedIsa;
+
+namespace {
+
+const cpu::FusedVariant& fused_variant() {
+    static const cpu::FusedVariant v;
+    return v;
+}
+
+// Selects an instruction set for the scope, then hands the choice back to automatic.
+struct IsaScope {
+    explicit IsaScope(FusedIsa isa) { cpu::set_fused_isa(isa); }
+    ~IsaScope() { cpu::set_fused_isa(FusedIsa::automatic); }
+    IsaScope(const IsaScope&) = delete;
+    IsaScope& operator=(const IsaScope&) = delete;
+};
+
+// Sets the OpenMP team size for the scope.
+struct ThreadScope {
+    int saved = omp_get_max_threads();
+    explicit ThreadScope(int threads) { omp_set_num_threads(threads); }
+    ~ThreadScope() { omp_set_num_threads(saved); }
+    ThreadScope(const ThreadScope&) = delete;
+    ThreadScope& operator=(const ThreadScope&) = delete;
+};
+
+// The instruction sets this machine can run.
+std::vector<FusedIsa> available_isas() {
+    std::vector<FusedIsa> out = {FusedIsa::eigen};
+    if (kernels::cpu::cpu_has_avx512()) out.push_back(FusedIsa::avx512);
+    return out;
+}
+
+struct Shape {
+    const char* name;
+    Config config;
+    int64_t seq_len, batch;
+    std::vector<int64_t> lengths;
+    bool with_state;
+};
+
+// Big enough for full 6-row tiles and 4-block panels, with remainders of both and padded units
+// (H = 70: blocks of 16, 10 padded units; N = 14: tiles 6 + 6 + 2).
+std::vector<Shape> tile_shapes() {
+    return {
+        {"H 70, I 37, bi, 2 layers, mixed lengths",
+         {37, 70, 2, true},
+         6,
+         14,
+         {6, 2, 5, 6, 1, 3, 6, 4, 6, 5, 2, 6, 1, 6},
+         true},
+        {"H 64, I 16, uni, equal lengths", {16, 64, 1, false}, 5, 12, {}, true},
+        {"H 33, I 123, uni, no state", {123, 33, 1, false}, 4, 7, {4, 4, 3, 1, 4, 2, 4}, false},
+    };
+}
+
+// Runs the fused variant in precision T on `c` and compares everything with the reference.
+template <typename T>
+void check_case(const Shape& s, uint64_t seed, const char* isa) {
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+    const auto ref = reference::lstm_forward(c.in);
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+    const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
+    const VariantResult got = run_variant<T>(fused_variant(), c, before);
+    std::vector<double> want_dparams = ref_grads.dparams;
+    for (size_t k = 0; k < before.size(); ++k)
+        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
+    const DType dt = dtype_of<T>();
+    const double fwd = lstm_rtol(dt, s.config, s.seq_len, Pass::forward);
+    const double bwd = lstm_rtol(dt, s.config, s.seq_len, Pass::backward);
+    INFO("isa " << isa << ", " << to_string(dt) << ", case: " << s.name);
+    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+}
+
+// Inference forward (no reserve) of the fused variant: y, hn, cn in precision T.
+template <typename T>
+VariantResult run_inference(const LstmCase& c) {
+    const Config& cfg = c.in.config;
+    const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
+    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
+    auto x = cast_vector<T>(c.in.x);
+    auto params = cast_vector<T>(c.in.params);
+    auto h0 = cast_vector<T>(c.in.h0), c0 = cast_vector<T>(c.in.c0);
+    std::vector<T> y(seq_len * batch * cfg.output_size()), hn(cells * batch * hidden),
+        cn(hn.size());
+    detail::AlignedBuffer workspace;
+    const size_t ws_bytes = fused_variant().workspace_bytes(cfg, dtype_of<T>(), seq_len, batch);
+    workspace.reserve(ws_bytes);
+    auto state = [&](std::vector<T>& v) {
+        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
+    };
+    ForwardArgs<T> f;
+    f.x = TensorView<const T>(x.data(), {seq_len, batch, cfg.input_size});
+    f.lengths = Span<const int64_t>(c.in.lengths.data(), int64_t(c.in.lengths.size()));
+    f.h0 = state(h0);
+    f.c0 = state(c0);
+    f.params = TensorView<const T>(params.data(), {int64_t(params.size())});
+    f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
+    f.hn = state(hn);
+    f.cn = state(cn);
+    f.workspace = workspace.data();
+    f.workspace_size = ws_bytes;
+    fused_variant().forward(cfg, f);
+    VariantResult r;
+    r.y = cast_vector<double>(y);
+    r.hn = cast_vector<double>(hn);
+    r.cn = cast_vector<double>(cn);
+    return r;
+}
+
+void check_identical(const VariantResult& a, const VariantResult& b) {
+    CHECK(a.y == b.y);
+    CHECK(a.hn == b.hn);
+    CHECK(a.cn == b.cn);
+    CHECK(a.dx == b.dx);
+    CHECK(a.dh0 == b.dh0);
+    CHECK(a.dc0 == b.dc0);
+    CHECK(a.dparams == b.dparams);
+}
+
+}  // namespace
+
+TEST_CASE("fused: every instruction set matches the reference on full-tile shapes", "[fused]") {
+    uint64_t seed = 7000;
+    for (FusedIsa isa : available_isas()) {
+        const IsaScope scope(isa);
+        for (const Shape& s : tile_shapes()) {
+            check_case<float>(s, seed, cpu::fused_isa_name(isa));
+            if (isa == FusedIsa::eigen) check_case<double>(s, seed, "eigen");
+            seed += 10;
+        }
+    }
+}
+
+TEST_CASE("fused: forward on one instruction set, backward on the other", "[fused]") {
+    if (!kernels::cpu::cpu_has_avx512()) {
+        WARN("no AVX-512 on this CPU: only the eigen path exists, nothing to mix");
+        return;
+    }
+    // Both paths write the same reserve layout; a backward may follow a forward of the other.
+    const Shape s = tile_shapes()[0];
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 31);
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+    const double bwd = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::backward);
+    for (FusedIsa forward_isa : {FusedIsa::avx512, FusedIsa::eigen}) {
+        const FusedIsa backward_isa =
+            forward_isa == FusedIsa::avx512 ? FusedIsa::eigen : FusedIsa::avx512;
+        // run_variant calls forward then backward; switch in between through a variant wrapper.
+        struct Switching final : Variant {
+            FusedIsa second;
+            const char* name() const override { return "fused"; }
+            Device device() const override { return Device::cpu; }
+            std::optional<std::string> supports(const Config& cfg, DType dt) const override {
+                return fused_variant().supports(cfg, dt);
+            }
+            size_t workspace_bytes(const Config& cfg, DType dt, int64_t t,
+                                   int64_t n) const override {
+                return fused_variant().workspace_bytes(cfg, dt, t, n);
+            }
+            size_t reserve_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
+                return fused_variant().reserve_bytes(cfg, dt, t, n);
+            }
+            void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {
+                fused_variant().forward(cfg, a);
+                cpu::set_fused_isa(second);
+            }
+            void run_backward(const Config& cfg, const BackwardArgs<float>& a) const override {
+                fused_variant().backward(cfg, a);
+            }
+        } mixed;
+        mixed.second = backward_isa;
+        const IsaScope scope(forward_isa);
+        const VariantResult got = run_variant<float>(mixed, c);
+        INFO("forward " << cpu::fused_isa_name(forward_isa) << ", backward "
+                        << cpu::fused_isa_name(backward_isa));
+        LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+        LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+        LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+        LSTM_CHECK_CLOSE(compare_scaled("dparams", got.dparams, ref_grads.dparams, bwd));
+    }
+}
+
+TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
+    // Inference projects the input one step at a time and keeps c in a running buffer and layer
+    // outputs in a ping-pong pair instead of the reserve. On the avx512 path every row's sums are
+    // the same either way, so the bits are; Eigen picks its blocking from the GEMM's size, so the
+    // eigen path agrees to rounding.
+    const Shape s = tile_shapes()[0];
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 57);
+    for (FusedIsa isa : available_isas()) {
+        const IsaScope scope(isa);
+        INFO("isa " << cpu::fused_isa_name(isa));
+        const VariantResult train = run_variant<float>(fused_variant(), c);
+        const VariantResult infer = run_inference<float>(c);
+        if (isa == FusedIsa::avx512) {
+            CHECK(infer.y == train.y);
+            CHECK(infer.hn == train.hn);
+            CHECK(infer.cn == train.cn);
+            continue;
+        }
+        const double rtol = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::forward);
+        LSTM_CHECK_CLOSE(compare_scaled("y", infer.y, train.y, rtol));
+        LSTM_CHECK_CLOSE(compare_scaled("hn", infer.hn, train.hn, rtol));
+        LSTM_CHECK_CLOSE(compare_scaled("cn", infer.cn, train.cn, rtol));
+        const VariantResult train64 = run_variant<double>(fused_variant(), c);
+        const VariantResult infer64 = run_inference<double>(c);
+        LSTM_CHECK_CLOSE(compare_scaled("y (f64)", infer64.y, train64.y, 1e-12));
+        LSTM_CHECK_CLOSE(compare_scaled("hn (f64)", infer64.hn, train64.hn, 1e-12));
+        LSTM_CHECK_CLOSE(compare_scaled("cn (f64)", infer64.cn, train64.cn, 1e-12));
+    }
+}
+
+TEST_CASE("fused: the avx512 path gives the same bits for any thread count", "[fused]") {
+    if (!kernels::cpu::cpu_has_avx512()) {
+        WARN("no AVX-512 on this CPU: the guarantee is the avx512 path's, nothing to check");
+        return;
+    }
+    // Every output element is summed in the same order whatever the split of blocks, rows and
+    // steps among threads, so 1, 2, 3 and 5 threads (5 > blocks of a layer here) agree exactly.
+    const Shape s = tile_shapes()[0];
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 91);
+    const IsaScope scope(FusedIsa::avx512);
+    VariantResult one;
+    {
+        const ThreadScope threads(1);
+        one = run_variant<float>(fused_variant(), c);
+    }
+    for (int n : {2, 3, 5}) {
+        const ThreadScope threads(n);
+        INFO(n << " threads");
+        check_identical(run_variant<float>(fused_variant(), c), one);
+    }
+}
+
+TEST_CASE("fused: the eigen path is bit-identical run to run", "[fused]") {
+    // Only for a fixed thread count: Eigen picks its blocking from the sizes each thread sees.
+    const Shape s = tile_shapes()[0];
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 92);
+    const IsaScope scope(FusedIsa::eigen);
+    check_identical(run_variant<float>(fused_variant(), c), run_variant<float>(fused_variant(), c));
+}
+
+TEST_CASE("fused: portable packing follows the interleaved layout", "[fused]") {
+    using namespace lstm::kernels::cpu;
+    const int64_t hidden = 21, k_size = 5;  // 2 blocks, 11 padded units
+    const FusedLayout lay(hidden);
+    REQUIRE(lay.hidden_padded == 32);
+    REQUIRE(lay.gate_cols == 128);
+    std::vector<float> w(4 * hidden * k_size);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i + 1);
+    const BlockRange all{0, lay.blocks};
+    std::vector<float> wt(k_size * lay.gate_cols, -1.0f), wr(lay.gate_cols * (k_size + 3), -1.0f);
+    pack_transposed_interleaved(w.data(), k_size, lay, all, wt.data());
+    pack_rows_interleaved(w.data(), k_size, lay, all, wr.data(), k_size + 3);
+    for (int64_t gate = 0; gate < 4; ++gate)
+        for (int64_t unit = 0; unit < lay.hidden_padded; ++unit) {
+            const int64_t col = lay.column(gate, unit);
+            for (int64_t k = 0; k < k_size; ++k) {
+                const float want = unit < hidden ? w[(gate * hidden + unit) * k_size + k] : 0.0f;
+                CHECK(wt[k * lay.gate_cols + col] == want);
+                CHECK(wr[col * (k_size + 3) + k] == want);
+            }
+            for (int64_t k = k_size; k < k_size + 3; ++k) CHECK(wr[col * (k_size + 3) + k] == 0.0f);
+        }
+    // Each thread's blocks own a contiguous range of columns with all four gates of its units.
+    CHECK(lay.column(0, 16) == 64);
+    CHECK(lay.column(3, 31) == 127);
+    // Back into PyTorch's layout: adding the packed matrix to zeros reproduces w.
+    std::vector<float> back(w.size(), 0.0f);
+    add_transposed_interleaved(wt.data(), k_size, lay, all, back.data());
+    CHECK(back == w);
+}
+
+#if LSTM_HAVE_AVX512_KERNELS
+TEST_CASE("fused: AVX-512 packed strips follow their layout", "[fused]") {
+    using namespace lstm::kernels::cpu;
+    const int64_t hidden = 21, k_size = 19;  // padded units and a partial column strip
+    const FusedLayout lay(hidden);
+    std::vector<float> w(4 * hidden * k_size);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i + 1);
+    const BlockRange all{0, lay.blocks};
+    // Forward strips: strip blk * 4 + gate, row k, lane u <- w[gate * H + 16 blk + u][k].
+    std::vector<float> fwd(lay.gate_cols * k_size, -1.0f);
+    avx512::pack_gate_strips(w.data(), k_size, lay, all, fwd.data());
+    for (int64_t blk = 0; blk < lay.blocks; ++blk)
+        for (int64_t gate = 0; gate < 4; ++gate)
+            for (int64_t k = 0; k < k_size; ++k)
+                for (int64_t u = 0; u < kUnitBlock; ++u) {
+                    const int64_t unit = blk * kUnitBlock + u;
+                    const float want =
+                        unit < hidden ? w[(gate * hidden + unit) * k_size + k] : 0.0f;
+                    CHECK(fwd[((blk * 4 + gate) * k_size + k) * kUnitBlock + u] == want);
+                }
+    // Column strips: strip q, row c (a gate column), lane u <- w[row of c][16 q + u].
+    const int64_t strips = (k_size + kUnitBlock - 1) / kUnitBlock;
+    std::vector<float> bwd(strips * lay.gate_cols * kUnitBlock, -1.0f);
+    avx512::pack_column_strips(w.data(), k_size, lay, all, bwd.data());
+    for (int64_t gate = 0; gate < 4; ++gate)
+        for (int64_t unit = 0; unit < lay.hidden_padded; ++unit)
+            for (int64_t col = 0; col < strips * kUnitBlock; ++col) {
+                const int64_t c = lay.column(gate, unit);
+                const float want =
+                    unit < hidden && col < k_size ? w[(gate * hidden + unit) * k_size + col] : 0.0f;
+                const int64_t q = col / kUnitBlock;
+                CHECK(bwd[(q * lay.gate_cols + c) * kUnitBlock + col % kUnitBlock] == want);
+            }
+}
+
+namespace {
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,fma,avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma,avx2")
+#endif
+
+// The AVX-512 gate functions on 16 units given as arrays; out receives, per unit: i, f, g, o,
+// c, h (forward) and di, df, dg, do, dc_prev (backward).
+void vector_gate_math(const float* pre, const float* c_prev, const float* dh, const float* dc,
+                      float* out) {
+    using namespace lstm::kernels::cpu::avx512;
+    const VecGates a = activate(_mm512_loadu_ps(pre), _mm512_loadu_ps(pre + 16),
+                                _mm512_loadu_ps(pre + 32), _mm512_loadu_ps(pre + 48));
+    const Vec cp = _mm512_loadu_ps(c_prev);
+    const Vec c = cell_state(a, cp);
+    const VecCellGrads d = cell_backward(a, cp, c, _mm512_loadu_ps(dh), _mm512_loadu_ps(dc));
+    const Vec all[11] = {a.i,  a.f,  a.g,  a.o,   c,        hidden_state(a, c),
+                         d.di, d.df, d.dg, d.d_o, d.dc_prev};
+    for (int k = 0; k < 11; ++k) _mm512_storeu_ps(out + 16 * k, all[k]);
+}
+
+void vector_activations(const float* x, float* sig, float* tanh_out) {
+    using namespace lstm::kernels::cpu::avx512;
+    _mm512_storeu_ps(sig, sigmoid_ps(_mm512_loadu_ps(x)));
+    _mm512_storeu_ps(tanh_out, tanh_ps(_mm512_loadu_ps(x)));
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+}  // namespace
+
+TEST_CASE("fused: AVX-512 gate math agrees with kernels/common/gates.hpp", "[fused]") {
+    if (!kernels::cpu::cpu_has_avx512()) {
+        WARN("no AVX-512 on this CPU");
+        return;
+    }
+    namespace k = lstm::kernels;
+    // Relative accuracy of the activations (few ulp, including near 0 where tanh x ~ x), checked
+    // against the double functions over a wide range.
+    const auto xs = random_vector<float>(16 * 400, 5, -30.0, 30.0);
+    double worst_sig = 0, worst_tanh = 0;
+    for (size_t base = 0; base < xs.size(); base += 16) {
+        float x[16], sig[16], th[16];
+        for (int u = 0; u < 16; ++u) x[u] = xs[base + u] * (base % 32 == 0 ? 1e-6f : 1.0f);
+        vector_activations(x, sig, th);
+        for (int u = 0; u < 16; ++u) {
+            const double s = k::sigmoid(static_cast<double>(x[u]));
+            const double t = k::tanh_act(static_cast<double>(x[u]));
+            worst_sig = std::max(worst_sig, std::abs(sig[u] - s) / s);
+            if (t != 0) worst_tanh = std::max(worst_tanh, std::abs(th[u] - t) / std::abs(t));
+        }
+    }
+    CHECK(worst_sig < 4e-7);
+    CHECK(worst_tanh < 4e-7);
+    // Saturation: exactly 0 and 1 (sigmoid) and +-1 (tanh), no NaN; NaN propagates.
+    const float inf = std::numeric_limits<float>::infinity();
+    float x[16] = {-1e4f, 1e4f,   -100.0f, 100.0f,  -inf,  inf,    0.0f, -0.0f,
+                   20.0f, -20.0f, 1e-30f,  -1e-30f, 88.0f, -88.0f, 9.5f, std::nanf("")};
+    float sig[16], th[16];
+    vector_activations(x, sig, th);
+    CHECK(sig[0] == 0.0f);
+    CHECK(sig[1] == 1.0f);
+    CHECK(sig[4] == 0.0f);
+    CHECK(sig[5] == 1.0f);
+    CHECK(th[0] == -1.0f);
+    CHECK(th[1] == 1.0f);
+    CHECK(th[4] == -1.0f);
+    CHECK(th[5] == 1.0f);
+    CHECK(th[6] == 0.0f);
+    CHECK(std::signbit(th[7]));
+    CHECK(th[10] == 1e-30f);
+    CHECK(th[11] == -1e-30f);
+    for (int u = 0; u < 15; ++u) {
+        CHECK(std::isfinite(sig[u]));
+        CHECK(std::isfinite(th[u]));
+    }
+    CHECK(std::isnan(sig[15]));
+    CHECK(std::isnan(th[15]));
+
+    // The whole cell, forward and backward, against gates.hpp in float.
+    const auto pre = random_vector<float>(64, 11, -6.0, 6.0);
+    const auto c_prev = random_vector<float>(16, 12, -3.0, 3.0);
+    const auto dh = random_vector<float>(16, 13);
+    const auto dc = random_vector<float>(16, 14);
+    float out[16 * 11];
+    vector_gate_math(pre.data(), c_prev.data(), dh.data(), dc.data(), out);
+    for (int u = 0; u < 16; ++u) {
+        const k::Gates<float> a = k::activate(pre[u], pre[16 + u], pre[32 + u], pre[48 + u]);
+        const float c = k::cell_state(a, c_prev[u]);
+        const k::CellGrads<float> d = k::cell_backward(a, c_prev[u], c, dh[u], dc[u]);
+        const float want[11] = {a.i,  a.f,  a.g,  a.o,   c,        k::hidden_state(a, c),
+                                d.di, d.df, d.dg, d.d_o, d.dc_prev};
+        for (int q = 0; q < 11; ++q) {
+            INFO("unit " << u << ", quantity " << q);
+            CHECK(out[16 * q + u] == Approx(want[q]).epsilon(2e-6).margin(1e-7));
+        }
+    }
+}
+#endif  // LSTM_HAVE_AVX512_KERNELS
+
+TEST_CASE("fused: the instruction-set switch", "[fused]") {
+    const FusedIsa automatic = kernels::cpu::cpu_has_avx512() ? FusedIsa::avx512 : FusedIsa::eigen;
+    // The suite may run under LSTM_FUSED_ISA (e.g. =eigen to put the registry tests on the
+    // portable path); it is put back at the end.
+    const char* outer = std::getenv("LSTM_FUSED_ISA");
+    const std::string saved = outer ? outer : "";
+    ::unsetenv("LSTM_FUSED_ISA");
+    CHECK(cpu::fused_isa() == automatic);
+    {
+        const IsaScope scope(FusedIsa::eigen);
+        CHECK(cpu::fused_isa() == FusedIsa::eigen);
+    }
+    // The environment decides while no override is set; it is read per call.
+    ::setenv("LSTM_FUSED_ISA", "eigen", 1);
+    CHECK(cpu::fused_isa() == FusedIsa::eigen);
+    ::setenv("LSTM_FUSED_ISA", "auto", 1);
+    CHECK(cpu::fused_isa() == automatic);
+    ::setenv("LSTM_FUSED_ISA", "sse9", 1);
+    CHECK_THROWS_WITH(cpu::fused_isa(), Contains("LSTM_FUSED_ISA = 'sse9' is not one of"));
+    {
+        const IsaScope scope(FusedIsa::eigen);  // an explicit choice wins over the environment
+        CHECK(cpu::fused_isa() == FusedIsa::eigen);
+    }
+    if (!saved.empty())
+        ::setenv("LSTM_FUSED_ISA", saved.c_str(), 1);
+    else
+        ::unsetenv("LSTM_FUSED_ISA");
+    if (!kernels::cpu::cpu_has_avx512())
+        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx512), Contains("no AVX-512F"));
+}

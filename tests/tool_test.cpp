@@ -1,0 +1,490 @@
+// lstm_tool run in-process (tools/lstm_tool/tool.hpp): PyTorch fixtures through every CPU
+// variant match PyTorch's outputs and gradients, the file contract (which outputs appear when),
+// and exit codes with their messages. tests/tool_tests.cmake checks the built binary as well.
+
+#include "tools/lstm_tool/tool.hpp"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lstm/io/safetensors.hpp"
+#include "lstm/io/state_dict.hpp"
+#include "lstm/registry.hpp"
+#include "test_util.hpp"
+#include "tolerance.hpp"
+
+#ifndef LSTM_TEST_DATA_DIR
+#define LSTM_TEST_DATA_DIR "tests/data"
+#endif
+
+using namespace lstm;
+using namespace lstm::io;
+
+namespace {
+
+std::string data_path(const std::string& name) {
+    return std::string(LSTM_TEST_DATA_DIR) + "/" + name;
+}
+
+// A scratch folder of this process, removed at the end of the test case.
+struct Scratch {
+    std::filesystem::path dir;
+    Scratch() {
+        dir = std::filesystem::temp_directory_path() /
+              ("lstm_tool_test_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir);
+    }
+    ~Scratch() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+    }
+    std::string operator()(const std::string& name) const { return (dir / name).string(); }
+};
+
+struct ToolRun {
+    int rc;
+    std::string out, err;
+};
+
+ToolRun invoke(const std::vector<std::string>& args) {
+    std::ostringstream out, err;
+    const int rc = lstm::tool::run_tool(args, out, err);
+    return {rc, out.str(), err.str()};
+}
+
+// The fixture's inputs with every floating tensor widened to F64 (exact), for the double path.
+TensorFile widened(const TensorFile& in) {
+    TensorFile out;
+    for (const Tensor& t : in.tensors()) {
+        if (t.dtype == ScalarType::f32)
+            out.add(Tensor::from(t.name, t.shape, t.floats_as_double()));
+        else
+            out.add(t);
+    }
+    return out;
+}
+
+struct Fixture {
+    const char* name;
+    bool with_state;
+    bool variable_lengths;
+};
+const Fixture kFixtures[] = {{"lstm_uni1", true, false},
+                             {"lstm_bi2_full", true, false},
+                             {"lstm_bi1_varlen", false, true},
+                             {"lstm_uni2_varlen", true, true},
+                             {"lstm_bi2_varlen", true, true}};
+
+// Compares every tensor of `expected` with the same-named tensor of `got`, forward outputs with
+// the forward tolerance and gradients (dx, dh0, dc0, grad.*) with the backward one.
+void compare_all(const TensorFile& got, const TensorFile& expected, double forward_rtol,
+                 double backward_rtol) {
+    for (const Tensor& want : expected.tensors()) {
+        INFO("tensor " << want.name);
+        const Tensor* have = got.find(want.name);
+        REQUIRE(have != nullptr);
+        CHECK(have->shape == want.shape);
+        CHECK(have->dtype == want.dtype);
+        const bool forward = want.name == "y" || want.name == "hn" || want.name == "cn";
+        LSTM_CHECK_CLOSE(test::compare_scaled(want.name, have->floats_as_double(),
+                                              want.floats_as_double(),
+                                              forward ? forward_rtol : backward_rtol));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("lstm_tool lstm matches PyTorch on every fixture for every CPU variant", "[tool]") {
+    Scratch scratch;
+    for (const Variant* v : variants_on(Device::cpu)) {
+        for (const Fixture& fx : kFixtures) {
+            INFO("variant " << v->name() << ", fixture " << fx.name);
+            const std::string base = data_path(fx.name);
+            const TensorFile inputs = read_safetensors(base + ".inputs.safetensors");
+            const Config config = infer_lstm_config(read_safetensors(base + ".params.safetensors"));
+            const int64_t seq_len = inputs.at("x").shape[0];
+            if (fx.variable_lengths && v->supports_variable_lengths()) {
+                // The variant says no through the tool, with its own reason.
+                const ToolRun run =
+                    invoke({"lstm", "--params", base + ".params.safetensors", "--inputs",
+                            base + ".inputs.safetensors", "--out", scratch("refused.safetensors"),
+                            "--variant", v->name()});
+                CHECK(run.rc == 1);
+                CHECK_THAT(run.err, Catch::Contains(*v->supports_variable_lengths()));
+                continue;
+            }
+
+            // float32: PyTorch's float32 results within the project's fp32 tolerance rule
+            // (about 1e-6 relative forward, a few 1e-6 backward for these sizes).
+            if (!v->supports(config, DType::f32)) {
+                const std::string out = scratch(std::string(fx.name) + ".f32.safetensors");
+                const ToolRun run = invoke({"lstm", "--params", base + ".params.safetensors",
+                                            "--inputs", base + ".inputs.safetensors", "--out", out,
+                                            "--variant", v->name(), "--backward"});
+                INFO(run.err);
+                REQUIRE(run.rc == 0);
+                const TensorFile got = read_safetensors(out);
+                CHECK(got.metadata.at("variant") == v->name());
+                // Both sides carry fp32 rounding, hence twice the one-sided rule.
+                compare_all(got, read_safetensors(base + ".expected.safetensors"),
+                            2 * test::lstm_rtol(DType::f32, config, seq_len, test::Pass::forward),
+                            2 * test::lstm_rtol(DType::f32, config, seq_len, test::Pass::backward));
+                CHECK(got.contains("dh0") == fx.with_state);
+                CHECK(got.contains("dc0") == fx.with_state);
+                CHECK(got.size() == read_safetensors(base + ".expected.safetensors").size());
+            }
+
+            // float64 inputs compute in double: PyTorch's float64 results to ~1e-12.
+            const std::string in64 = scratch(std::string(fx.name) + ".inputs64.safetensors");
+            write_safetensors(in64, widened(inputs));
+            const std::string out64 = scratch(std::string(fx.name) + ".f64.safetensors");
+            const ToolRun run =
+                invoke({"lstm", "--params", base + ".params.safetensors", "--inputs", in64, "--out",
+                        out64, "--variant", v->name(), "--backward"});
+            if (auto why = v->supports(config, DType::f64)) {
+                CHECK(run.rc == 1);
+                CHECK_THAT(run.err, Catch::Contains("cannot run this config in float64"));
+                continue;
+            }
+            INFO(run.err);
+            REQUIRE(run.rc == 0);
+            const TensorFile got64 = read_safetensors(out64);
+            CHECK(got64.at("y").dtype == ScalarType::f64);
+            compare_all(got64, read_safetensors(base + ".expected64.safetensors"), 1e-12, 1e-12);
+        }
+    }
+}
+
+TEST_CASE("lstm_tool lstm forward only writes y, hn, cn; gradients accumulate from zero",
+          "[tool]") {
+    Scratch scratch;
+    const std::string base = data_path("lstm_uni2_varlen");
+    const std::string out = scratch("forward.safetensors");
+    const ToolRun run = invoke({"lstm", "--params", base + ".params.safetensors", "--inputs",
+                                base + ".inputs.safetensors", "--out=" + out});
+    INFO(run.err);
+    REQUIRE(run.rc == 0);
+    const TensorFile got = read_safetensors(out);
+    std::vector<std::string> names;
+    for (const Tensor& t : got.tensors()) names.push_back(t.name);
+    CHECK(names == std::vector<std::string>{"y", "hn", "cn"});
+    CHECK(got.metadata.at("num_layers") == "2");
+    // The forward results equal the backward run's, and padded outputs are exactly zero.
+    const TensorFile expected = read_safetensors(base + ".expected.safetensors");
+    const std::vector<float> y = got.at("y").values<float>();
+    const std::vector<int64_t> lengths =
+        read_safetensors(base + ".inputs.safetensors").at("lengths").integers();
+    const int64_t batch = 3, width = 3;
+    for (int64_t t = 0; t < 5; ++t)
+        for (int64_t n = 0; n < batch; ++n)
+            for (int64_t k = 0; k < width; ++k)
+                if (t >= lengths[n]) CHECK(y[(t * batch + n) * width + k] == 0.0f);
+    const Config config{2, 3, 2, false};
+    LSTM_CHECK_CLOSE(test::compare_scaled(
+        "y", got.at("y").floats_as_double(), expected.at("y").floats_as_double(),
+        2 * test::lstm_rtol(DType::f32, config, 5, test::Pass::forward)));
+
+    // The exported gradients load back as a state_dict under the prefix "grad.".
+    const std::string back = scratch("backward.safetensors");
+    REQUIRE(invoke({"lstm", "--params", base + ".params.safetensors", "--inputs",
+                    base + ".inputs.safetensors", "--out", back, "--backward"})
+                .rc == 0);
+    CHECK(infer_lstm_config(read_safetensors(back), "grad.") == config);
+}
+
+TEST_CASE("lstm_tool lstm takes a state_dict inside a bigger model with --prefix", "[tool]") {
+    Scratch scratch;
+    const std::string base = data_path("lstm_uni1");
+    const TensorFile bare = read_safetensors(base + ".params.safetensors");
+    TensorFile model;
+    for (const Tensor& t : bare.tensors()) {
+        Tensor copy = t;
+        copy.name = "encoder.lstm." + t.name;
+        model.add(copy);
+    }
+    model.add(Tensor::from("decoder.weight", {2, 4}, std::vector<float>(8, 0.5f)));
+    const std::string params = scratch("model.safetensors");
+    write_safetensors(params, model);
+    const std::string out = scratch("out.safetensors");
+    const ToolRun run = invoke({"lstm", "--params", params, "--prefix", "encoder.lstm.", "--inputs",
+                                base + ".inputs.safetensors", "--out", out});
+    INFO(run.err);
+    REQUIRE(run.rc == 0);
+    const ToolRun plain = invoke({"lstm", "--params", base + ".params.safetensors", "--inputs",
+                                  base + ".inputs.safetensors", "--out", scratch("plain.st")});
+    REQUIRE(plain.rc == 0);
+    CHECK(read_safetensors(out).at("y") == read_safetensors(scratch("plain.st")).at("y"));
+
+    const ToolRun info = invoke({"info", params});
+    CHECK(info.rc == 0);
+    CHECK_THAT(info.out, Catch::Contains("nn.LSTM state_dict under prefix 'encoder.lstm.': "
+                                         "input_size 3, hidden_size 4, num_layers 1, "
+                                         "unidirectional (144 parameters)"));
+    CHECK_THAT(info.out, Catch::Contains("decoder.weight"));
+}
+
+TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1", "[tool]") {
+    using Catch::Contains;
+    Scratch scratch;
+    const std::string base = data_path("lstm_uni1");
+    const std::string params = base + ".params.safetensors", inputs = base + ".inputs.safetensors";
+    const std::string out = scratch("o.safetensors");
+
+    ToolRun r = invoke({});
+    CHECK(r.rc == 2);
+    r = invoke({"--help"});
+    CHECK(r.rc == 0);
+    CHECK_THAT(r.out, Contains("commands:"));
+    for (const char* command : {"lstm", "ctc", "info"}) {
+        r = invoke({command, "--help"});
+        CHECK(r.rc == 0);
+        CHECK_THAT(r.out, Contains(std::string("usage: lstm_tool ") + command));
+    }
+    r = invoke({"train"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("unknown command 'train'"));
+    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--verbose"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("unknown option '--verbose'"));
+    CHECK_THAT(r.err, Contains("see lstm_tool lstm --help"));
+    r = invoke({"lstm", "--params", params, "--inputs", inputs});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("missing required option --out"));
+    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("option --out needs a value"));
+    r = invoke({"lstm", "--params", params, "--params", params, "--inputs", inputs, "--out", out});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("--params is given more than once"));
+    r = invoke(
+        {"lstm", "--params", scratch("missing.safetensors"), "--inputs", inputs, "--out", out});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err,
+               Contains("--params: file '" + scratch("missing.safetensors") + "' does not exist"));
+    r = invoke({"lstm", "--params", params, "--inputs", scratch.dir.string(), "--out", out});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("is not a regular file"));
+    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--device", "gpu"});
+    CHECK(r.rc == 2);
+    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--backward=yes"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("--backward takes no value"));
+    r = invoke({"info"});
+    CHECK(r.rc == 2);
+    r = invoke({"info", params, inputs});
+    CHECK(r.rc == 2);
+
+    // Failures of the work itself: exit code 1 and a message naming the problem.
+    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--variant", "nope"});
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("variant 'nope' on cpu is not built into this binary"));
+    r = invoke({"lstm", "--params", inputs, "--inputs", inputs, "--out", out});
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("not an nn.LSTM state_dict"));
+    if (variants_on(Device::cuda).empty()) {
+        r = invoke(
+            {"lstm", "--params", params, "--inputs", inputs, "--out", out, "--device", "cuda"});
+        CHECK(r.rc == 1);
+        CHECK_THAT(r.err, Contains("no variant runs on cuda in this binary; known: basic (cpu)"));
+    }
+
+    // Inputs that do not fit the model.
+    const TensorFile good = read_safetensors(inputs);
+    auto with = [&](const std::string& drop, const Tensor* add) {
+        TensorFile f;
+        for (const Tensor& t : good.tensors())
+            if (t.name != drop) f.add(t);
+        if (add) f.add(*add);
+        const std::string path = scratch("edited.safetensors");
+        write_safetensors(path, f);
+        return invoke({"lstm", "--params", params, "--inputs", path, "--out", out, "--backward"});
+    };
+    const Tensor wide_x = Tensor::from("x", {5, 2, 4}, std::vector<float>(40, 0.0f));
+    r = with("x", &wide_x);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensor 'x' has input size 4 (shape (5, 2, 4)) but the LSTM in"));
+    r = with("x", nullptr);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("no tensor named 'x'"));
+    const Tensor typo = Tensor::from("h_0", {1, 2, 4}, std::vector<float>(8, 0.0f));
+    r = with("", &typo);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensors the lstm command does not read: 'h_0'"));
+    r = with("dy", nullptr);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("--backward needs tensor 'dy' (T, N, D*H) = (5, 2, 4)"));
+    const Tensor bad_h0 = Tensor::from("h0", {2, 2, 4}, std::vector<float>(16, 0.0f));
+    r = with("h0", &bad_h0);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensor 'h0' must have shape (1, 2, 4) (L*D, N, H), got (2, 2, 4)"));
+    const Tensor f64_h0 = Tensor::from("h0", {1, 2, 4}, std::vector<double>(8, 0.0));
+    r = with("h0", &f64_h0);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensor 'h0' has dtype F64, expected F32"));
+    const Tensor long_len = Tensor::from("lengths", {2}, std::vector<int64_t>{5, 6});
+    r = with("", &long_len);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("lengths[1] = 6 exceeds T = 5"));
+    const Tensor float_len = Tensor::from("lengths", {2}, std::vector<float>{5, 5});
+    r = with("", &float_len);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("expected an integer type"));
+    const Tensor int_x = Tensor::from("x", {5, 2, 3}, std::vector<int32_t>(30, 0));
+    r = with("x", &int_x);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensor 'x' has dtype I32, expected F32 or F64"));
+
+    // An F64 state_dict with F32 inputs would round the parameters: refused.
+    const auto imported = import_lstm<double>(params);
+    const std::string p64 = scratch("p64.safetensors");
+    export_lstm(p64, imported.config,
+                Span<const double>(imported.params.data(), imported.params.size()));
+    r = invoke({"lstm", "--params", p64, "--inputs", inputs, "--out", out});
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("without rounding"));
+
+    // A malformed file names itself and its problem.
+    const std::string junk = scratch("junk.safetensors");
+    {
+        std::ofstream f(junk, std::ios::binary);
+        f << "not a safetensors file at all";
+    }
+    r = invoke({"info", junk});
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains(junk + ": header length"));
+}
+
+namespace {
+
+// Element-wise |got - want| <= rtol * (max|want| + |want|) over the finite expected values;
+// infinite expected values must come out identical.
+void check_ctc_close(const std::string& what, const std::vector<double>& got,
+                     const std::vector<double>& want, double rtol) {
+    INFO(what);
+    REQUIRE(got.size() == want.size());
+    std::vector<double> finite_got, finite_want;
+    for (size_t k = 0; k < want.size(); ++k) {
+        if (std::isfinite(want[k])) {
+            finite_got.push_back(got[k]);
+            finite_want.push_back(want[k]);
+        } else {
+            CHECK(got[k] == want[k]);
+        }
+    }
+    LSTM_CHECK_CLOSE(test::compare_scaled(what, finite_got, finite_want, rtol));
+}
+
+}  // namespace
+
+TEST_CASE("lstm_tool ctc matches PyTorch's ctc_loss for every reduction", "[tool]") {
+    Scratch scratch;
+    struct Case {
+        const char* name;
+        const char* blank;
+    };
+    for (const Case& c : {Case{"ctc_logits_padded", "0"}, Case{"ctc_logprobs_concat", "3"},
+                          Case{"ctc_infeasible", "0"}}) {
+        const std::string base = data_path(c.name);
+        const TensorFile expected = read_safetensors(base + ".expected.safetensors");
+        const std::string in64 = scratch("inputs64.safetensors");
+        write_safetensors(in64, widened(read_safetensors(base + ".inputs.safetensors")));
+        for (const std::string& inputs : {base + ".inputs.safetensors", in64}) {
+            const bool f64 = inputs == in64;
+            // float results are computed in double and rounded once; PyTorch's are float64.
+            const double rtol = f64 ? 1e-11 : 1e-6;
+            for (const char* reduction : {"none", "sum", "mean"}) {
+                for (const bool zero_infinity : {false, true}) {
+                    INFO(c.name << (f64 ? " F64" : " F32") << ", reduction " << reduction
+                                << (zero_infinity ? ", zero_infinity" : ""));
+                    const std::string out = scratch("ctc.safetensors");
+                    std::vector<std::string> args = {"ctc",   "--inputs",    inputs,
+                                                     "--out", out,           "--blank",
+                                                     c.blank, "--reduction", reduction};
+                    if (zero_infinity) args.push_back("--zero-infinity");
+                    const ToolRun run = invoke(args);
+                    INFO(run.err);
+                    REQUIRE(run.rc == 0);
+                    const TensorFile got = read_safetensors(out);
+                    const std::string key =
+                        std::string(reduction) + (zero_infinity ? ".zero_infinity" : "");
+                    const Tensor& loss = got.at("loss");
+                    CHECK(loss.dtype == (f64 ? ScalarType::f64 : ScalarType::f32));
+                    CHECK(loss.shape == expected.at("loss." + key).shape);
+                    check_ctc_close("loss", loss.floats_as_double(),
+                                    expected.at("loss." + key).floats_as_double(), rtol);
+                    // No PyTorch gradient exists for an infinite loss; infeasible samples get
+                    // zero gradient here either way, so it equals the zero_infinity one.
+                    const Tensor* want = expected.find("grad." + key);
+                    if (want == nullptr) want = &expected.at("grad." + key + ".zero_infinity");
+                    CHECK(got.at("grad").shape == want->shape);
+                    check_ctc_close("grad", got.at("grad").floats_as_double(),
+                                    want->floats_as_double(), rtol);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
+    using Catch::Contains;
+    Scratch scratch;
+    const std::string inputs = data_path("ctc_logits_padded.inputs.safetensors");
+    const std::string out = scratch("o.safetensors");
+    ToolRun r = invoke({"ctc", "--inputs", inputs, "--out", out, "--reduction", "avg"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("--reduction must be none, sum or mean, got 'avg'"));
+    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "1x"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("--blank must be an integer, got '1x'"));
+    r = invoke({"ctc", "--inputs", inputs});
+    CHECK(r.rc == 2);
+    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--device", "cuda"});
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("runs on the cpu only"));
+    // Errors the loss itself raises come through with its message.
+    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "7"});
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("blank = 7 is out of range for C = 5"));
+
+    const TensorFile good = read_safetensors(inputs);
+    auto with = [&](const std::string& drop, const Tensor* add) {
+        TensorFile f;
+        for (const Tensor& t : good.tensors())
+            if (t.name != drop) f.add(t);
+        if (add) f.add(*add);
+        const std::string path = scratch("edited.safetensors");
+        write_safetensors(path, f);
+        return invoke({"ctc", "--inputs", path, "--out", out});
+    };
+    const Tensor log_probs =
+        Tensor::from("log_probs", good.at("logits").shape, good.at("logits").values<float>());
+    r = with("", &log_probs);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("give either 'logits' or 'log_probs', got both"));
+    r = with("logits", nullptr);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("needs a tensor 'logits' or 'log_probs'"));
+    r = with("target_lengths", nullptr);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("no tensor named 'target_lengths'"));
+    const Tensor float_targets = Tensor::from("targets", {3, 3}, std::vector<float>(9, 1.0f));
+    r = with("targets", &float_targets);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensor 'targets' has dtype F32, expected an integer type"));
+    const Tensor stray = Tensor::from("weights", {3}, std::vector<float>(3, 1.0f));
+    r = with("", &stray);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("tensors the ctc command does not read: 'weights'"));
+    const Tensor long_input = Tensor::from("input_lengths", {3}, std::vector<int32_t>{8, 9, 1});
+    r = with("input_lengths", &long_input);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Contains("input_lengths[1] = 9 exceeds T = 8"));
+}

@@ -1,0 +1,284 @@
+#pragma once
+
+// `lstm_tool lstm`: runs an nn.LSTM state_dict on the tensors of a safetensors file with any
+// registered variant, forward and optionally backward, and writes every result to a file.
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lstm/io/safetensors.hpp"
+#include "lstm/io/state_dict.hpp"
+#include "lstm/registry.hpp"
+#include "lstm/variant.hpp"
+#include "tools/lstm_tool/cli.hpp"
+#include "tools/lstm_tool/device_buffer.hpp"
+
+namespace lstm::tool {
+
+inline const char* lstm_help() {
+    return R"(usage: lstm_tool lstm --params P.safetensors --inputs X.safetensors
+                      --out O.safetensors [--variant NAME] [--device cpu|cuda]
+                      [--prefix PREFIX] [--backward]
+
+Runs the nn.LSTM whose state_dict is in P on the tensors of X and writes the results to O.
+The configuration (input size, hidden size, layers, bidirectional) is inferred from P's names
+and shapes (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, "_reverse" suffix).
+Shapes are PyTorch's, time-major: T steps, N sequences, I inputs, H hidden units, L layers,
+D directions.
+
+inputs (X):
+  x         (T, N, I)      F32 or F64; F32 computes in float, F64 in double (P may be F32)
+  lengths   (N)            optional, I32 or I64, each in 1..T; default: all T
+  h0, c0    (L*D, N, H)    optional initial states; default: zeros
+  dy        (T, N, D*H)    with --backward: gradient of the loss w.r.t. y
+  dhn, dcn  (L*D, N, H)    with --backward, optional: gradients w.r.t. hn, cn
+outputs (O):
+  y (T, N, D*H), hn, cn (L*D, N, H): states at each sequence's last valid step
+  with --backward also: dx (T, N, I); dh0, dc0 when h0, c0 were given; and grad.<name> for
+  every parameter of P (e.g. grad.weight_ih_l0), the gradient of sum(dy*y) + sum(dhn*hn) +
+  sum(dcn*cn), which is what PyTorch's autograd gives for those output gradients.
+
+options:
+  --params FILE     safetensors state_dict of a torch.nn.LSTM
+  --inputs FILE     safetensors file with the inputs above
+  --out FILE        where to write the outputs (replaced)
+  --variant NAME    variant to run (default: the first registered on the device, see below)
+  --device DEV      cpu (default) or cuda
+  --prefix PREFIX   names in P start with PREFIX, e.g. "encoder.lstm." (default: none)
+  --backward        also run backward
+  --help            this text
+)";
+}
+
+struct LstmRequest {
+    std::string params_path, inputs_path, out_path, variant, prefix;
+    Device device = Device::cpu;
+    bool backward = false;
+};
+
+namespace detail {
+
+// "inputs file X: tensor 'h0' must have shape (2, 3, 4) (L*D, N, H), got (3, 4)".
+inline void require_shape(const io::TensorFile& file, const io::Tensor& t,
+                          const std::vector<int64_t>& shape, const char* meaning) {
+    if (t.shape == shape) return;
+    fail(file.source, ": tensor '", t.name, "' must have shape ", io::shape_string(shape), " ",
+         meaning, ", got ", t.shape_string());
+}
+
+inline const Variant& pick_variant(const std::string& name, Device device) {
+    if (!name.empty()) return find_variant(name, device);
+    const std::vector<const Variant*> on = variants_on(device);
+    if (!on.empty()) return *on.front();
+    std::string known;
+    for (const Variant* v : variants())
+        known += (known.empty() ? "" : ", ") + std::string(v->name()) + " (" +
+                 to_string(v->device()) + ")";
+    fail("no variant runs on ", to_string(device), " in this binary; known: ", known);
+}
+
+template <typename T>
+TensorView<const T> view3(const DeviceBuffer& b, int64_t a, int64_t n, int64_t c) {
+    return b.size() == 0 ? TensorView<const T>()
+                         : TensorView<const T>(b.as<const T>(), {a, n, c}, b.device());
+}
+
+template <typename T>
+TensorView<T> view3_mut(const DeviceBuffer& b, int64_t a, int64_t n, int64_t c) {
+    return b.size() == 0 ? TensorView<T>() : TensorView<T>(b.as<T>(), {a, n, c}, b.device());
+}
+
+}  // namespace detail
+
+// Runs the request on tensors already read; `T` is the compute type (x's dtype). Returns the
+// output file's contents.
+template <typename T>
+io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_file,
+                        const io::TensorFile& inputs) {
+    using detail::require_shape;
+    const std::set<std::string> known = {"x", "lengths", "h0", "c0", "dy", "dhn", "dcn"};
+    std::vector<std::string> unknown;
+    for (const io::Tensor& t : inputs.tensors())
+        if (!known.count(t.name)) unknown.push_back("'" + t.name + "'");
+    check(unknown.empty(), inputs.source,
+          ": tensors the lstm command does not read: ", io::detail::join_limited(unknown),
+          " (it reads x, lengths, h0, c0, dy, dhn, dcn)");
+
+    const Config config = io::infer_lstm_config(params_file, req.prefix);
+    const std::vector<T> params = io::import_lstm_params<T>(params_file, config, req.prefix);
+    const DType dtype = dtype_of<T>();
+
+    const io::Tensor& x_t = inputs.at("x");
+    check(x_t.rank() == 3, inputs.source, ": tensor 'x' must have rank 3 (T, N, I), got shape ",
+          x_t.shape_string());
+    const int64_t seq_len = x_t.shape[0], batch = x_t.shape[1];
+    check(seq_len >= 1 && batch >= 1, inputs.source, ": tensor 'x' has shape ", x_t.shape_string(),
+          "; T and N must be >= 1");
+    check(x_t.shape[2] == config.input_size, inputs.source, ": tensor 'x' has input size ",
+          x_t.shape[2], " (shape ", x_t.shape_string(), ") but the LSTM in ", params_file.source,
+          " has input_size ", config.input_size);
+    const int64_t cells = config.num_cells(), hidden = config.hidden_size;
+    const std::vector<int64_t> state_shape = {cells, batch, hidden};
+    const std::vector<int64_t> y_shape = {seq_len, batch, config.output_size()};
+
+    std::vector<int64_t> lengths;
+    if (const io::Tensor* t = inputs.find("lengths")) {
+        require_shape(inputs, *t, {batch}, "(N)");
+        lengths = t->integers();
+    }
+    // Reads an optional float input of shape `shape`; empty when absent.
+    auto optional_input = [&](const char* name, const std::vector<int64_t>& shape,
+                              const char* meaning) -> std::optional<std::vector<T>> {
+        const io::Tensor* t = inputs.find(name);
+        if (t == nullptr) return std::nullopt;
+        require_shape(inputs, *t, shape, meaning);
+        return t->values<T>();
+    };
+    const auto h0 = optional_input("h0", state_shape, "(L*D, N, H)");
+    const auto c0 = optional_input("c0", state_shape, "(L*D, N, H)");
+    std::optional<std::vector<T>> dy, dhn, dcn;
+    if (req.backward) {
+        check(inputs.contains("dy"), inputs.source,
+              ": --backward needs tensor 'dy' (T, N, D*H) = ", io::shape_string(y_shape),
+              "; the file has ", inputs.name_list());
+        dy = optional_input("dy", y_shape, "(T, N, D*H)");
+        dhn = optional_input("dhn", state_shape, "(L*D, N, H)");
+        dcn = optional_input("dcn", state_shape, "(L*D, N, H)");
+    }
+
+    const Variant& variant = detail::pick_variant(req.variant, req.device);
+    const Device dev = variant.device();
+    const Span<const int64_t> lengths_span(lengths.data(), static_cast<int64_t>(lengths.size()));
+    // Lengths first, so "lengths[1] = 9 exceeds T = 8" wins over a variant's objection to them.
+    lstm::detail::check_lengths(lengths_span, seq_len, batch);
+    variant.require(config, dtype, lstm::detail::has_variable_lengths(lengths_span, seq_len));
+
+    const DeviceBuffer x_d = DeviceBuffer::upload(dev, x_t.values<T>());
+    const DeviceBuffer params_d = DeviceBuffer::upload(dev, params);
+    const DeviceBuffer h0_d = DeviceBuffer::upload(dev, h0.value_or(std::vector<T>()));
+    const DeviceBuffer c0_d = DeviceBuffer::upload(dev, c0.value_or(std::vector<T>()));
+    DeviceBuffer y_d(dev, sizeof(T) * static_cast<size_t>(seq_len * batch * config.output_size()));
+    DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden));
+    DeviceBuffer cn_d(dev, hn_d.size());
+    const size_t workspace = variant.workspace_bytes(config, dtype, seq_len, batch);
+    DeviceBuffer workspace_d(dev, workspace);
+    // A non-null reserve is what makes a forward a training forward, even a zero-byte one.
+    const size_t reserve = req.backward ? variant.reserve_bytes(config, dtype, seq_len, batch) : 0;
+    DeviceBuffer reserve_d(dev, req.backward ? std::max<size_t>(reserve, 1) : 0);
+
+    ForwardArgs<T> f;
+    f.x = detail::view3<T>(x_d, seq_len, batch, config.input_size);
+    f.lengths = lengths_span;
+    f.h0 = detail::view3<T>(h0_d, cells, batch, hidden);
+    f.c0 = detail::view3<T>(c0_d, cells, batch, hidden);
+    f.params = TensorView<const T>(params_d.as<const T>(), {param_count(config)}, dev);
+    f.y = detail::view3_mut<T>(y_d, seq_len, batch, config.output_size());
+    f.hn = detail::view3_mut<T>(hn_d, cells, batch, hidden);
+    f.cn = detail::view3_mut<T>(cn_d, cells, batch, hidden);
+    f.workspace = workspace_d.data();
+    f.workspace_size = workspace_d.size();
+    f.reserve = reserve_d.data();
+    f.reserve_size = reserve_d.size();
+    variant.forward(config, f);
+
+    io::TensorFile out;
+    out.metadata = {{"lstm_tool", "lstm"},
+                    {"variant", variant.name()},
+                    {"device", to_string(dev)},
+                    {"dtype", to_string(dtype)},
+                    {"input_size", std::to_string(config.input_size)},
+                    {"hidden_size", std::to_string(config.hidden_size)},
+                    {"num_layers", std::to_string(config.num_layers)},
+                    {"bidirectional", config.bidirectional ? "true" : "false"}};
+    out.add(io::Tensor::from("y", y_shape, y_d.download<T>()));
+    out.add(io::Tensor::from("hn", state_shape, hn_d.download<T>()));
+    out.add(io::Tensor::from("cn", state_shape, cn_d.download<T>()));
+    if (!req.backward) return out;
+
+    const DeviceBuffer dy_d = DeviceBuffer::upload(dev, *dy);
+    const DeviceBuffer dhn_d = DeviceBuffer::upload(dev, dhn.value_or(std::vector<T>()));
+    const DeviceBuffer dcn_d = DeviceBuffer::upload(dev, dcn.value_or(std::vector<T>()));
+    DeviceBuffer dx_d(dev, x_d.size());
+    DeviceBuffer dh0_d(dev, h0 ? hn_d.size() : 0);
+    DeviceBuffer dc0_d(dev, c0 ? hn_d.size() : 0);
+    DeviceBuffer dparams_d(dev, params_d.size());
+    dparams_d.zero();  // backward accumulates into it
+
+    BackwardArgs<T> b;
+    b.x = f.x;
+    b.lengths = f.lengths;
+    b.h0 = f.h0;
+    b.c0 = f.c0;
+    b.params = f.params;
+    b.y = f.y;
+    b.dy = detail::view3<T>(dy_d, seq_len, batch, config.output_size());
+    b.dhn = detail::view3<T>(dhn_d, cells, batch, hidden);
+    b.dcn = detail::view3<T>(dcn_d, cells, batch, hidden);
+    b.dx = detail::view3_mut<T>(dx_d, seq_len, batch, config.input_size);
+    b.dh0 = detail::view3_mut<T>(dh0_d, cells, batch, hidden);
+    b.dc0 = detail::view3_mut<T>(dc0_d, cells, batch, hidden);
+    b.dparams = TensorView<T>(dparams_d.as<T>(), {param_count(config)}, dev);
+    b.workspace = workspace_d.data();
+    b.workspace_size = workspace_d.size();
+    b.reserve = reserve_d.data();
+    b.reserve_size = reserve_d.size();
+    variant.backward(config, b);
+
+    out.add(io::Tensor::from("dx", x_t.shape, dx_d.download<T>()));
+    if (h0) out.add(io::Tensor::from("dh0", state_shape, dh0_d.download<T>()));
+    if (c0) out.add(io::Tensor::from("dc0", state_shape, dc0_d.download<T>()));
+    const std::vector<T> grads = dparams_d.download<T>();
+    io::export_lstm<T>(out, config, Span<const T>(grads.data(), static_cast<int64_t>(grads.size())),
+                       "grad.");
+    return out;
+}
+
+// Parses the words after "lstm", runs, writes --out. Returns the exit code; throws UsageError
+// and lstm::Error for the caller to report.
+inline int lstm_command(const std::vector<std::string>& args, std::ostream& out) {
+    const ParsedArgs parsed = parse_args(args, {{"params", true},
+                                                {"inputs", true},
+                                                {"out", true},
+                                                {"variant", true},
+                                                {"device", true},
+                                                {"prefix", true},
+                                                {"backward", false}});
+    if (parsed.help) {
+        out << lstm_help();
+        out << "\nvariants in this binary:";
+        for (const Variant* v : variants())
+            out << " " << v->name() << " (" << to_string(v->device()) << ")";
+        out << "\n";
+        return kExitOk;
+    }
+    if (!parsed.positional.empty())
+        throw UsageError("unexpected argument '" + parsed.positional.front() + "'");
+    LstmRequest req;
+    req.params_path = parsed.required("params");
+    req.inputs_path = parsed.required("inputs");
+    req.out_path = parsed.required("out");
+    req.variant = parsed.value("variant").value_or("");
+    req.prefix = parsed.value("prefix").value_or("");
+    req.device = parse_device(parsed.value("device").value_or("cpu"));
+    req.backward = parsed.flags.count("backward") != 0;
+
+    const io::TensorFile params = read_input_file("--params", req.params_path);
+    const io::TensorFile inputs = read_input_file("--inputs", req.inputs_path);
+    const io::Tensor& x = inputs.at("x");
+    io::TensorFile result;
+    if (x.dtype == io::ScalarType::f32)
+        result = run_lstm<float>(req, params, inputs);
+    else if (x.dtype == io::ScalarType::f64)
+        result = run_lstm<double>(req, params, inputs);
+    else
+        fail(inputs.source, ": tensor 'x' has dtype ", io::to_string(x.dtype),
+             ", expected F32 or F64");
+    io::write_safetensors(req.out_path, result);
+    return kExitOk;
+}
+
+}  // namespace lstm::tool
