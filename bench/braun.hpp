@@ -1,7 +1,8 @@
 #pragma once
 
 // The four workloads of Braun 2018, "LSTM Benchmarks for Deep Learning Frameworks", exactly as
-// /work/shared/BENCHMARKS.md section 1 states them, and the synthetic batch each one trains on.
+// the project brief's BENCHMARKS.md (section 1) states them, and the synthetic batch each one
+// trains on.
 
 #include <array>
 #include <cstdint>
@@ -84,8 +85,9 @@ inline const std::vector<BraunScenario>& braun_scenarios() {
 struct BraunData {
     std::vector<float> x;          // (T, N, I) uniform in [-1, 1], padded positions included
     std::vector<int64_t> lengths;  // (N)
-    // ce_last_step: (N) class indices; ctc: (N, kCtcLabelsPerSample) labels, for the CTC head.
+    // ce_last_step: (N) class indices; ctc: kCtcLabelsPerSample labels per sample, concatenated.
     std::vector<int64_t> targets;
+    std::vector<int64_t> target_lengths;  // ctc: (N), each kCtcLabelsPerSample; else empty
 };
 
 // Any fixed values do; fixed so that every run and every variant times identical work.
@@ -111,6 +113,7 @@ inline BraunData make_braun_data(const BraunScenario& s) {
         std::uniform_int_distribution<int64_t> label(kCtcLabelMin, kCtcLabelMax);
         d.targets.resize(static_cast<size_t>(s.batch * kCtcLabelsPerSample));
         for (int64_t& t : d.targets) t = label(target_rng);
+        d.target_lengths.assign(static_cast<size_t>(s.batch), kCtcLabelsPerSample);
     } else {
         std::uniform_int_distribution<int64_t> label(0, s.classes - 1);
         d.targets.resize(static_cast<size_t>(s.batch));

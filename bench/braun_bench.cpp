@@ -45,7 +45,6 @@ std::optional<std::string> why_not_runnable(const BraunScenario& s, const Varian
     if (s.lengths != BraunLengths::all_full) {
         if (auto why = v.supports_variable_lengths()) return *why;
     }
-    if (s.loss == BraunLoss::ctc) return std::string("needs the CTC loss (not implemented yet)");
     return std::nullopt;
 }
 
@@ -54,7 +53,7 @@ nn::ModelConfig model_config(const BraunScenario& s) {
     m.lstm = s.config;
     m.classes = s.classes;
     m.dense_bias = false;
-    m.head = nn::Head::ce_last_step;
+    m.head = s.loss == BraunLoss::ctc ? nn::Head::ctc : nn::Head::ce_last_step;
     m.adam.lr = kBraunAdamLr;
     return m;
 }
@@ -89,10 +88,11 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     }
 
     const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
-    const Span<const int64_t> lengths(data.lengths), targets(data.targets);
-    for (int k = 0; k < c.warmup_steps; ++k) model.train_step(x, lengths, targets);
+    const Span<const int64_t> lengths(data.lengths), targets(data.targets),
+        target_lengths(data.target_lengths);
+    for (int k = 0; k < c.warmup_steps; ++k) model.train_step(x, lengths, targets, target_lengths);
     for (auto _ : state) {
-        const float loss = model.train_step(x, lengths, targets);
+        const float loss = model.train_step(x, lengths, targets, target_lengths);
         // A diverged step would time a different computation (NaN propagation), not training.
         if (!std::isfinite(loss)) {
             state.SkipWithError(("training step produced loss " + std::to_string(loss)).c_str());

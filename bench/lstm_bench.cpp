@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "braun_bench.hpp"
+#include "ctc_bench.hpp"
 #include "flags.hpp"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv, lstm::bench::print_help);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     lstm::bench::register_braun_cases(flags);
+    lstm::bench::register_ctc_cases(flags);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -15,17 +15,16 @@
 namespace lstm::bench {
 
 // The reference is naive double code: the full Braun shapes (4x320 bidirectional over 1000 steps
-// is about a TFLOP for it) would take far longer than the benchmark itself. A slice of the
-// leading sequences and steps still runs every layer, direction, gate and weight of the exact
-// configuration, which is what a wrong kernel gets wrong.
-constexpr int64_t kCheckSequences = 2;
+// is about a TFLOP for it) would take far longer than the benchmark itself. A slice of two
+// sequences and the leading steps still runs every layer, direction, gate and weight of the
+// exact configuration, which is what a wrong kernel gets wrong.
 constexpr int64_t kCheckSteps = 16;
 
 // Runs `variant` forward (y, hn, cn) and backward (dx, dh0, dc0, dparams, from a fixed random dy
-// and zero initial states, as the training step has) on the first min(N, kCheckSequences)
-// sequences and min(T, kCheckSteps) steps of x (T, N, I), lengths capped to that, with `params`
-// (param_count(config), host). Tolerances: reference::lstm_rtol. Returns why it disagrees (or
-// threw), std::nullopt when it agrees.
+// and zero initial states, as the training step has) on the first and last sequence of x
+// (T, N, I, host) over min(T, kCheckSteps) steps, lengths (N, host) scaled to that, with
+// `params` (param_count(config), host). Tolerances: reference::lstm_rtol. Returns why it
+// disagrees (or threw), std::nullopt when it agrees.
 std::optional<std::string> check_against_reference(const Variant& variant, const Config& config,
                                                    TensorView<const float> x,
                                                    Span<const int64_t> lengths,

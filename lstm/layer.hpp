@@ -68,9 +68,11 @@ public:
     TensorView<const T> cn() const { return state_view(cn_); }
 
     // dy (T, N, D*H) host; dhn/dcn (L*D, N, H) or empty. ADDS into gradients(); returns dx
-    // (T, N, I); dh0()/dc0() hold the initial-state gradients afterwards.
+    // (T, N, I), or an empty view when compute_dx is false (x is data, as in the first layer of
+    // a model: skipping it saves a GEMM over all steps); dh0()/dc0() hold the initial-state
+    // gradients afterwards.
     TensorView<const T> backward(TensorView<const T> dy, TensorView<const T> dhn = {},
-                                 TensorView<const T> dcn = {}) {
+                                 TensorView<const T> dcn = {}, bool compute_dx = true) {
         check(trained_, "Lstm::backward needs a training forward() first (got none, or infer())");
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
         resize(dx_, seq_len * batch * config_.input_size);
@@ -86,7 +88,7 @@ public:
         a.dy = dy;
         a.dhn = dhn;
         a.dcn = dcn;
-        a.dx = TensorView<T>(dx_.data(), {seq_len, batch, config_.input_size});
+        if (compute_dx) a.dx = TensorView<T>(dx_.data(), {seq_len, batch, config_.input_size});
         a.dh0 = state_view_mut(dh0_, batch);
         a.dc0 = state_view_mut(dc0_, batch);
         a.dparams = TensorView<T>(grads_.data(), {int64_t(grads_.size())});
@@ -95,7 +97,7 @@ public:
         a.reserve = reserve_.data();
         a.reserve_size = reserve_.capacity();
         variant_->backward(config_, a);
-        return a.dx;
+        return a.dx;  // empty unless compute_dx
     }
 
     TensorView<const T> dh0() const { return state_view(dh0_); }

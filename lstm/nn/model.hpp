@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "lstm/layer.hpp"
 #include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/layer.hpp"
 #include "lstm/loss/cross_entropy.hpp"
 #include "lstm/loss/ctc.hpp"
 #include "lstm/nn/dense.hpp"
@@ -37,8 +37,8 @@ template <typename T>
 class SequenceModel {
 public:
     // Parameters are initialised as PyTorch would, from `seed`.
-    SequenceModel(const ModelConfig& config, std::string_view variant,
-                  Device device = Device::cpu, uint64_t seed = 0)
+    SequenceModel(const ModelConfig& config, std::string_view variant, Device device = Device::cpu,
+                  uint64_t seed = 0)
         : config_(config),
           lstm_(config.lstm, variant, device),
           dense_(config.lstm.output_size(), checked_classes(config.classes), config.dense_bias),
@@ -72,7 +72,7 @@ public:
             dense_.backward(y_rows, dlogits_view(seq_len * batch),
                             TensorView<T>(dy_.data(), {seq_len * batch, width}));
         }
-        lstm_.backward(dy);
+        lstm_.backward(dy, {}, {}, /*compute_dx=*/false);  // x is data: no gradient wanted
         adam_.step();
         return loss;
     }
@@ -94,10 +94,10 @@ private:
         return classes;
     }
 
-    T forward_loss(TensorView<const T> x, Span<const int64_t> lengths,
-                   Span<const int64_t> targets, Span<const int64_t> target_lengths,
-                   bool training) {
-        const TensorView<const T> y = training ? lstm_.forward(x, lengths) : lstm_.infer(x, lengths);
+    T forward_loss(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
+                   Span<const int64_t> target_lengths, bool training) {
+        const TensorView<const T> y =
+            training ? lstm_.forward(x, lengths) : lstm_.infer(x, lengths);
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
         const int64_t classes = config_.classes;
         if (config_.head == Head::ce_last_step) {
@@ -116,8 +116,8 @@ private:
         resize(dlogits_, rows * classes);
         dense_.forward(TensorView<const T>(y.data(), {rows, width}),
                        TensorView<T>(logits_.data(), {rows, classes}));
-        if (config_.head == Head::ctc) return ctc_loss(seq_len, batch, lengths, targets,
-                                                       target_lengths);
+        if (config_.head == Head::ctc)
+            return ctc_loss(seq_len, batch, lengths, targets, target_lengths);
         return loss::cross_entropy_frames(
             TensorView<const T>(logits_.data(), {seq_len, batch, classes}), lengths, targets,
             loss::Reduction::mean, TensorView<T>(dlogits_.data(), {seq_len, batch, classes}));
