@@ -18,7 +18,9 @@ struct Config {
     int64_t num_directions() const { return bidirectional ? 2 : 1; }
     // Width of y and of every layer above the first: D * H.
     int64_t output_size() const { return num_directions() * hidden_size; }
-    int64_t layer_input_size(int64_t layer) const { return layer == 0 ? input_size : output_size(); }
+    int64_t layer_input_size(int64_t layer) const {
+        return layer == 0 ? input_size : output_size();
+    }
     // Number of (layer, direction) cells; the leading size of h0/c0/hn/cn.
     int64_t num_cells() const { return num_layers * num_directions(); }
 
@@ -26,8 +28,8 @@ struct Config {
         check(input_size >= 1, "config.input_size must be >= 1, got ", input_size);
         check(hidden_size >= 1, "config.hidden_size must be >= 1, got ", hidden_size);
         check(num_layers >= 1, "config.num_layers must be >= 1, got ", num_layers);
-        check(proj_size == 0, "config.proj_size must be 0 (projections are not implemented yet), got ",
-              proj_size);
+        check(proj_size == 0,
+              "config.proj_size must be 0 (projections are not implemented yet), got ", proj_size);
     }
 };
 

@@ -46,11 +46,11 @@ inline const Variant& find_variant(std::string_view name, Device device) {
     std::string known;
     for (const Variant* v : variants()) {
         if (v->name() == name && v->device() == device) return *v;
-        known += std::string(known.empty() ? "" : ", ") + v->name() + " (" + to_string(v->device()) +
-                 ")";
+        known += std::string(known.empty() ? "" : ", ") + v->name() + " (" +
+                 to_string(v->device()) + ")";
     }
-    fail("variant '", name, "' on ", to_string(device), " is not built into this binary; known: ",
-         known);
+    fail("variant '", name, "' on ", to_string(device),
+         " is not built into this binary; known: ", known);
 }
 
 }  // namespace lstm

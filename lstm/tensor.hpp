@@ -35,8 +35,7 @@ struct Span {
 
     Span() = default;
     Span(T* d, int64_t n) : data(d), size(n) {}
-    template <typename Container,
-              typename = decltype(std::declval<Container&>().data() + 0)>
+    template <typename Container, typename = decltype(std::declval<Container&>().data() + 0)>
     Span(Container& c) : data(c.data()), size(static_cast<int64_t>(c.size())) {}  // NOLINT
 
     bool empty() const { return size == 0; }

@@ -29,9 +29,9 @@ struct ForwardArgs {
     TensorView<const T> c0;       // (L*D, N, H) initial cell state; empty: zeros
     TensorView<const T> params;   // (param_count(config)) flat, PyTorch parameters() order
     TensorView<T> y;              // (T, N, D*H) overwritten; zero at padded positions
-    TensorView<T> hn;             // (L*D, N, H) overwritten, state at each last valid step; optional
-    TensorView<T> cn;             // (L*D, N, H) overwritten; optional
-    void* workspace = nullptr;    // scratch of workspace_bytes(), clobbered
+    TensorView<T> hn;           // (L*D, N, H) overwritten, state at each last valid step; optional
+    TensorView<T> cn;           // (L*D, N, H) overwritten; optional
+    void* workspace = nullptr;  // scratch of workspace_bytes(), clobbered
     size_t workspace_size = 0;
     void* reserve = nullptr;  // reserve_bytes(): written for backward; null means inference
     size_t reserve_size = 0;

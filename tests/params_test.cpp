@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "lstm/params.hpp"
+
+#include <catch2/catch.hpp>
 
 // Published parameter counts of BENCHMARKS.md and PyTorch's parameters() order.
 TEST_CASE("param_count matches the Braun parameter counts", "[params]") {
@@ -16,12 +16,11 @@ TEST_CASE("param_entries follow PyTorch's parameters() order", "[params]") {
     lstm::Config c{3, 5, 2, true};
     const auto entries = lstm::param_entries(c);
     REQUIRE(entries.size() == 16);
-    const char* expected[] = {"weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",
-                              "bias_hh_l0",           "weight_ih_l0_reverse", "weight_hh_l0_reverse",
-                              "bias_ih_l0_reverse",   "bias_hh_l0_reverse",   "weight_ih_l1",
-                              "weight_hh_l1",         "bias_ih_l1",           "bias_hh_l1",
-                              "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse",
-                              "bias_hh_l1_reverse"};
+    const char* expected[] = {
+        "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
+        "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse",
+        "weight_ih_l1",         "weight_hh_l1",         "bias_ih_l1",         "bias_hh_l1",
+        "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
     int64_t offset = 0;
     for (size_t k = 0; k < entries.size(); ++k) {
         INFO("entry " << k);

@@ -87,15 +87,15 @@ bool all_finite(const std::vector<T>& v) {
 }  // namespace lstm::test
 
 // Fails the current Catch2 test with the comparison's report (the worst mismatches).
-#define LSTM_REQUIRE_CLOSE(cmp)              \
-    do {                                     \
-        const auto lstm_cmp_ = (cmp);        \
-        INFO(lstm_cmp_.report);              \
-        REQUIRE(lstm_cmp_.ok);               \
+#define LSTM_REQUIRE_CLOSE(cmp)       \
+    do {                              \
+        const auto lstm_cmp_ = (cmp); \
+        INFO(lstm_cmp_.report);       \
+        REQUIRE(lstm_cmp_.ok);        \
     } while (0)
-#define LSTM_CHECK_CLOSE(cmp)                \
-    do {                                     \
-        const auto lstm_cmp_ = (cmp);        \
-        INFO(lstm_cmp_.report);              \
-        CHECK(lstm_cmp_.ok);                 \
+#define LSTM_CHECK_CLOSE(cmp)         \
+    do {                              \
+        const auto lstm_cmp_ = (cmp); \
+        INFO(lstm_cmp_.report);       \
+        CHECK(lstm_cmp_.ok);          \
     } while (0)

@@ -1,7 +1,8 @@
 #pragma once
 
 // LSTM gate arithmetic for one hidden unit, shared by the CPU variants and the CUDA kernels, so
-// that the CPU tests exercise the very arithmetic the GPU runs. Gate order is PyTorch's: i, f, g, o.
+// that the CPU tests exercise the very arithmetic the GPU runs. Gate order is PyTorch's: i, f, g,
+// o.
 
 #include <cmath>
 

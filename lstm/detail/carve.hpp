@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lstm/tensor.hpp"
+
 namespace lstm::detail {
 
 // Hands out aligned sub-buffers of one byte buffer. With a null base it only counts, so a variant
@@ -28,5 +30,17 @@ private:
     char* base_;
     size_t offset_ = 0;
 };
+
+// Bytes a carving function takes in `dtype`: calls carve(counter, T{}) with T float or double, the
+// element type of the buffers it carves, on a counting Carver.
+template <typename CarveFn>
+size_t carved_bytes(DType dtype, CarveFn&& carve) {
+    Carver counter(nullptr);
+    if (dtype == DType::f32)
+        carve(counter, float{});
+    else
+        carve(counter, double{});
+    return counter.bytes();
+}
 
 }  // namespace lstm::detail

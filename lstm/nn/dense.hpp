@@ -18,7 +18,7 @@ namespace lstm::nn {
 
 template <typename T>
 class Dense {
-  public:
+public:
     // Layout of parameters() and gradients(): weight (out_features, in_features) row-major, then
     // bias (out_features) when `bias`; the same as PyTorch's Linear.parameters() order.
     // Parameters start as reset_parameters(0), so a fresh layer is usable and reproducible;
@@ -129,7 +129,7 @@ class Dense {
         }
     }
 
-  private:
+private:
     template <typename Buffer>
     auto bias_ptr(Buffer& buffer) const {
         return buffer.data() + out_ * in_;

@@ -47,7 +47,7 @@ struct SgdOptions {
 // Hyperparameters are applied in T, as PyTorch casts its Python scalars to the tensor's type.
 template <typename T>
 class Sgd {
-  public:
+public:
     explicit Sgd(const SgdOptions& options) : options_(options) {
         check(options.lr >= 0, "Sgd: lr must be >= 0, got ", options.lr);
         check(options.momentum >= 0, "Sgd: momentum must be >= 0, got ", options.momentum);
@@ -81,7 +81,7 @@ class Sgd {
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
 
-  private:
+private:
     struct Entry {
         Span<T> params;
         Span<const T> grads;
@@ -138,7 +138,7 @@ struct AdamOptions {
 // runs in T.
 template <typename T>
 class Adam {
-  public:
+public:
     explicit Adam(const AdamOptions& options = {}) : options_(options) {
         check(options.lr >= 0, "Adam: lr must be >= 0, got ", options.lr);
         check(options.eps >= 0, "Adam: eps must be >= 0, got ", options.eps);
@@ -174,7 +174,7 @@ class Adam {
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
 
-  private:
+private:
     struct Entry {
         Span<T> params;
         Span<const T> grads;

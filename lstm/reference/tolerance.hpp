@@ -24,11 +24,10 @@ enum class Pass { forward, backward };
 inline double lstm_rtol(DType dtype, const Config& config, int64_t seq_len, Pass pass) {
     if (dtype == DType::f64) return 1e-12;
     // The widest dot product of the stack: layer inputs above the first are D*H wide.
-    const int64_t widest = std::max(config.input_size, config.num_layers > 1
-                                                           ? config.output_size()
-                                                           : config.input_size);
-    const double depth = std::ceil(std::log2(static_cast<double>(widest + config.hidden_size) *
-                                             static_cast<double>(seq_len)));
+    const int64_t widest = std::max(
+        config.input_size, config.num_layers > 1 ? config.output_size() : config.input_size);
+    const double depth = std::ceil(
+        std::log2(static_cast<double>(widest + config.hidden_size) * static_cast<double>(seq_len)));
     // 1.2e-7 is fp32's machine epsilon 2^-23, rounded up.
     const double c = pass == Pass::forward ? 4.0 : 8.0;
     return c * depth * 1.2e-7;

@@ -121,7 +121,8 @@ public:
                 const T* c0 = args.c0.empty() ? nullptr : args.c0.data() + cell * batch_ * hidden;
                 kernels::cpu::gather_rows(h0, batch_, hidden, ws.batch.order, ws.h);
                 kernels::cpu::gather_rows(c0, batch_, hidden, ws.batch.order, ws.c);
-                T* gates_all = training ? rs.gates + cell * seq_len_ * batch_ * 4 * hidden : nullptr;
+                T* gates_all =
+                    training ? rs.gates + cell * seq_len_ * batch_ * 4 * hidden : nullptr;
                 T* cell_all = training ? rs.cell + cell * seq_len_ * batch_ * hidden : nullptr;
                 forward_cell(args.params.data(), l, d, ws, layer_in, layer_out, gates_all,
                              cell_all);
@@ -172,8 +173,8 @@ public:
             std::swap(d_out, d_in);
         }
         if (!args.dx.empty())
-            kernels::cpu::scatter_steps(d_out, seq_len_, batch_, config_.input_size,
-                                        ws.batch.order, ws.batch.active, args.dx.data());
+            kernels::cpu::scatter_steps(d_out, seq_len_, batch_, config_.input_size, ws.batch.order,
+                                        ws.batch.active, args.dx.data());
     }
 
 private:
@@ -195,8 +196,8 @@ private:
             T* h = layer_out + step * out_width + direction * hidden;
             gemm(false, true, rows, gates_width, in_width, T(1), layer_in + step * in_width,
                  in_width, params + p.weight_ih, in_width, T(0), gates, gates_width);
-            gemm(false, true, rows, gates_width, hidden, T(1), ws.h, hidden,
-                 params + p.weight_hh, hidden, T(1), gates, gates_width);
+            gemm(false, true, rows, gates_width, hidden, T(1), ws.h, hidden, params + p.weight_hh,
+                 hidden, T(1), gates, gates_width);
             kernels::cpu::add_biases(gates, rows, hidden, params + p.bias_ih, params + p.bias_hh);
             kernels::cpu::activate_gates(gates, rows, hidden);
             kernels::cpu::update_cell(gates, rows, hidden, ws.c, c);
@@ -291,22 +292,16 @@ public:
 
     size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                            int64_t batch) const override {
-        detail::Carver carve(nullptr);
-        if (dtype == DType::f32)
-            basic_detail::carve_workspace<float>(carve, config, seq_len, batch);
-        else
-            basic_detail::carve_workspace<double>(carve, config, seq_len, batch);
-        return carve.bytes();
+        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
+            basic_detail::carve_workspace<decltype(element)>(carve, config, seq_len, batch);
+        });
     }
 
     size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
                          int64_t batch) const override {
-        detail::Carver carve(nullptr);
-        if (dtype == DType::f32)
-            basic_detail::carve_reserve<float>(carve, config, seq_len, batch);
-        else
-            basic_detail::carve_reserve<double>(carve, config, seq_len, batch);
-        return carve.bytes();
+        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
+            basic_detail::carve_reserve<decltype(element)>(carve, config, seq_len, batch);
+        });
     }
 
 protected:

@@ -554,22 +554,16 @@ public:
 
     size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                            int64_t batch) const override {
-        detail::Carver carve(nullptr);
-        if (dtype == DType::f32)
-            fused_detail::carve_workspace<float>(carve, config, seq_len, batch);
-        else
-            fused_detail::carve_workspace<double>(carve, config, seq_len, batch);
-        return carve.bytes();
+        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
+            fused_detail::carve_workspace<decltype(element)>(carve, config, seq_len, batch);
+        });
     }
 
     size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
                          int64_t batch) const override {
-        detail::Carver carve(nullptr);
-        if (dtype == DType::f32)
-            fused_detail::carve_reserve<float>(carve, config, seq_len, batch);
-        else
-            fused_detail::carve_reserve<double>(carve, config, seq_len, batch);
-        return carve.bytes();
+        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
+            fused_detail::carve_reserve<decltype(element)>(carve, config, seq_len, batch);
+        });
     }
 
 protected:

@@ -1,9 +1,8 @@
 // Built against the installed package: runs a layer and checks it against the installed oracle.
+#include <cstdio>
 #include <lstm/lstm.hpp>
 #include <lstm/reference/lstm_reference.hpp>
 #include <lstm/reference/tolerance.hpp>
-
-#include <cstdio>
 #include <vector>
 
 int main() {
@@ -18,8 +17,8 @@ int main() {
     std::vector<float> x(seq_len * batch * 3);
     for (size_t k = 0; k < x.size(); ++k) x[k] = 0.1f * static_cast<float>(k % 7) - 0.3f;
     const std::vector<int64_t> lengths = {4, 3};
-    const auto y = layer.forward(lstm::TensorView<const float>(x.data(), {seq_len, batch, 3}),
-                                 lengths);
+    const auto y =
+        layer.forward(lstm::TensorView<const float>(x.data(), {seq_len, batch, 3}), lengths);
 
     lstm::reference::LstmInputs in;
     in.config = config;
