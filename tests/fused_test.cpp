@@ -59,14 +59,6 @@ std::vector<FusedIsa> available_isas() {
     return out;
 }
 
-struct Shape {
-    const char* name;
-    Config config;
-    int64_t seq_len, batch;
-    std::vector<int64_t> lengths;
-    bool with_state;
-};
-
 // Big enough for full 6-row tiles and 4-block panels, with remainders of both and padded units
 // (H = 70: blocks of 16, 10 padded units; N = 14: tiles 6 + 6 + 2).
 std::vector<Shape> tile_shapes() {

@@ -15,6 +15,15 @@ using reference::LstmCase;
 using reference::run_variant;
 using reference::VariantResult;
 
+// A named problem of a test's shape table: make_case() turns it into data.
+struct Shape {
+    const char* name;
+    Config config;
+    int64_t seq_len, batch;
+    std::vector<int64_t> lengths;
+    bool with_state;
+};
+
 // Random inputs, parameters and output gradients for `config` on (T, N); `with_state` decides
 // whether h0/c0 are given. Values uniform in [-scale, scale].
 inline LstmCase make_case(const Config& config, int64_t seq_len, int64_t batch,

@@ -14,14 +14,6 @@ using namespace lstm::test;
 
 namespace {
 
-struct Shape {
-    const char* name;
-    Config config;
-    int64_t seq_len, batch;
-    std::vector<int64_t> lengths;
-    bool with_state;
-};
-
 // Odd sizes so that remainder paths run; H = 17 is not a multiple of any SIMD width.
 std::vector<Shape> shape_list() {
     return {
