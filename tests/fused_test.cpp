@@ -78,24 +78,8 @@ std::vector<Shape> tile_shapes() {
 template <typename T>
 void check_case(const Shape& s, uint64_t seed, const char* isa) {
     const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
-    const auto ref = reference::lstm_forward(c.in);
-    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
-    const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
-    const VariantResult got = run_variant<T>(fused_variant(), c, before);
-    std::vector<double> want_dparams = ref_grads.dparams;
-    for (size_t k = 0; k < before.size(); ++k)
-        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
-    const DType dt = dtype_of<T>();
-    const double fwd = lstm_rtol(dt, s.config, s.seq_len, Pass::forward);
-    const double bwd = lstm_rtol(dt, s.config, s.seq_len, Pass::backward);
-    INFO("isa " << isa << ", " << to_string(dt) << ", case: " << s.name);
-    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+    check_against_reference<T>(fused_variant(), c, seed,
+                               std::string("isa ") + isa + ", case: " + s.name);
 }
 
 // Inference forward (no reserve) of the fused variant: y, hn, cn in precision T.

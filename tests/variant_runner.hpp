@@ -3,11 +3,14 @@
 // Runs any registered variant on host data given in double and returns everything in double, so
 // tests compare variants with lstm::reference element by element.
 
+#include <catch2/catch.hpp>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lstm/reference/variant_check.hpp"
 #include "test_util.hpp"
+#include "tolerance.hpp"
 
 namespace lstm::test {
 
@@ -45,6 +48,33 @@ inline LstmCase make_case(const Config& config, int64_t seq_len, int64_t batch,
     c.out_grads.dhn = random_vector(state, seed + 6);
     c.out_grads.dcn = random_vector(state, seed + 7);
     return c;
+}
+
+// Runs `v` in precision T on `c`, with dparams starting from a random vector (backward
+// accumulates, so the expectation is that vector plus the gradient), and CHECKs y, hn, cn, dx,
+// dh0, dc0 and dparams against the reference under the tolerance rule. `label` names the run in
+// the failure report.
+template <typename T>
+void check_against_reference(const Variant& v, const LstmCase& c, uint64_t seed,
+                             const std::string& label) {
+    const auto ref = reference::lstm_forward(c.in);
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+    const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
+    const VariantResult got = run_variant<T>(v, c, before);
+    std::vector<double> want_dparams = ref_grads.dparams;
+    for (size_t k = 0; k < before.size(); ++k)
+        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
+    const DType dt = dtype_of<T>();
+    const double fwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::forward);
+    const double bwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::backward);
+    INFO(label << ", " << to_string(dt));
+    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
 }
 
 }  // namespace lstm::test

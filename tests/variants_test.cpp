@@ -28,30 +28,6 @@ std::vector<Shape> shape_list() {
     };
 }
 
-template <typename T>
-void check_against_reference(const Variant& v, const Shape& s, const LstmCase& c, uint64_t seed) {
-    const auto ref = reference::lstm_forward(c.in);
-    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
-    // Backward accumulates: start dparams from a known vector and expect it plus the gradient.
-    const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
-    const VariantResult got = run_variant<T>(v, c, before);
-    std::vector<double> want_dparams = ref_grads.dparams;
-    for (size_t k = 0; k < before.size(); ++k)
-        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
-
-    const DType dt = dtype_of<T>();
-    const double fwd = lstm_rtol(dt, s.config, s.seq_len, Pass::forward);
-    const double bwd = lstm_rtol(dt, s.config, s.seq_len, Pass::backward);
-    INFO("variant " << v.name() << ", " << to_string(dt) << ", case: " << s.name);
-    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
-}
-
 // Calls fn(variant, dtype, case) for every CPU variant and precision that accepts the problem.
 // A variant that cannot take per-sequence lengths (supports_variable_lengths() says why) gets the
 // same case with every sequence at full length, unless the lengths are the point of the test.
@@ -80,13 +56,15 @@ TEST_CASE("every CPU variant matches the reference", "[variants]") {
     uint64_t seed = 1000;
     for (const Shape& s : shape_list()) {
         const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
-        for_each_cpu_variant_and_dtype(c, Lengths::may_equalize,
-                                       [&](const Variant& v, DType dt, const LstmCase& used) {
-                                           if (dt == DType::f32)
-                                               check_against_reference<float>(v, s, used, seed);
-                                           else
-                                               check_against_reference<double>(v, s, used, seed);
-                                       });
+        for_each_cpu_variant_and_dtype(
+            c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase& used) {
+                if (dt == DType::f32)
+                    check_against_reference<float>(
+                        v, used, seed, std::string("variant ") + v.name() + ", case: " + s.name);
+                else
+                    check_against_reference<double>(
+                        v, used, seed, std::string("variant ") + v.name() + ", case: " + s.name);
+            });
         seed += 10;
     }
 }
