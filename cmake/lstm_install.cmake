@@ -4,8 +4,13 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh")
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh"
+    # CUDA-including helpers of lstm_cuda's own sources; consumers never include them.
+    PATTERN "internal" EXCLUDE)
 install(TARGETS lstm EXPORT lstmTargets)
+if(LSTM_WITH_CUDA)
+    install(TARGETS lstm_cuda EXPORT lstmTargets)
+endif()
 install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 configure_package_config_file(cmake/lstmConfig.cmake.in
     ${CMAKE_CURRENT_BINARY_DIR}/lstmConfig.cmake

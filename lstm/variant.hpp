@@ -12,11 +12,32 @@
 
 namespace lstm {
 
-// Opaque execution stream: a cudaStream_t for CUDA variants, ignored on the CPU. Public headers
-// never include CUDA headers, so the handle travels as void*.
-struct Stream {
-    void* handle = nullptr;
+namespace cuda {
+// Owns the stream, the cuBLAS/cuDNN handles and the per-shape plans a CUDA variant uses
+// (lstm/cuda/context.hpp). Declared here only, so this header includes no CUDA header.
+class Context;
+}  // namespace cuda
+
+// Which part of a backward call runs. cuDNN splits backward the same way: `data` walks the time
+// loop (dx, dh0, dc0) and leaves in the reserve what `weights` needs; `weights` then adds the
+// parameter gradients. DeepBench times the two parts separately.
+enum class BackwardPart {
+    all,      // data and weights in one call
+    data,     // dx, dh0, dc0 only; dparams is not touched (and may be empty)
+    weights,  // dparams only; must follow a `data` call with the same arguments and reserve
 };
+
+inline const char* to_string(BackwardPart part) {
+    switch (part) {
+        case BackwardPart::all:
+            return "all";
+        case BackwardPart::data:
+            return "data";
+        case BackwardPart::weights:
+            return "weights";
+    }
+    return "?";
+}
 
 // Inputs and outputs of one forward call. Shapes use T = x.size(0), N = x.size(1), L layers,
 // D directions, H hidden units. Every tensor lives in the variant's memory space, except
@@ -35,7 +56,7 @@ struct ForwardArgs {
     size_t workspace_size = 0;
     void* reserve = nullptr;  // reserve_bytes(): written for backward; null means inference
     size_t reserve_size = 0;
-    Stream stream;
+    cuda::Context* context = nullptr;  // CUDA variants: required, orders the call on its stream
 };
 
 // Inputs and outputs of one backward call; x, lengths, h0, c0, params, y and reserve must be those
@@ -60,7 +81,8 @@ struct BackwardArgs {
     size_t workspace_size = 0;
     void* reserve = nullptr;  // written by the matching training forward; may be clobbered
     size_t reserve_size = 0;
-    Stream stream;
+    cuda::Context* context = nullptr;       // CUDA variants: required
+    BackwardPart part = BackwardPart::all;  // data / weights: see BackwardPart
 };
 
 // THE interface every LSTM implementation follows. Public entry points validate their arguments
@@ -78,6 +100,10 @@ public:
     virtual std::optional<std::string> supports(const Config& config, DType dtype) const = 0;
     // Why this variant cannot take per-sequence lengths; std::nullopt when it can.
     virtual std::optional<std::string> supports_variable_lengths() const { return std::nullopt; }
+    // Why this variant cannot run backward as separate data and weights calls; nullopt when it can.
+    virtual std::optional<std::string> supports_split_backward() const {
+        return std::string("backward runs as one call (BackwardPart::all only)");
+    }
 
     // Bytes of temporary scratch for one forward or backward call on (T, N).
     virtual size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
@@ -169,6 +195,10 @@ void check_common(const Variant& variant, const Config& config, const A& args, D
     check(args.params.numel() == param_count(config), "params has ", args.params.numel(),
           " elements, expected param_count(config) = ", param_count(config));
     const Device dev = variant.device();
+    check(dev != Device::cuda || args.context != nullptr,
+          "context must be an lstm::cuda::Context "
+          "for the CUDA variant '",
+          variant.name(), "', got null");
     check_device(args.x, "x", dev);
     check_device(args.h0, "h0", dev);
     check_device(args.c0, "c0", dev);
@@ -208,8 +238,15 @@ void Variant::backward(const Config& config, const BackwardArgs<T>& args) const 
     if (!args.dx.empty()) check_shape(args.dx, "dx", {seq_len, batch, config.input_size});
     detail::check_optional_state(args.dh0, "dh0", config, batch);
     detail::check_optional_state(args.dc0, "dc0", config, batch);
-    check(args.dparams.numel() == param_count(config), "dparams has ", args.dparams.numel(),
-          " elements, expected param_count(config) = ", param_count(config));
+    if (args.part != BackwardPart::all) {
+        if (auto why = supports_split_backward())
+            fail("variant '", name(), "' (", to_string(device()), ") cannot run backward part ",
+                 to_string(args.part), ": ", *why);
+    }
+    // The data part leaves dparams alone, so it may be omitted there.
+    if (args.part != BackwardPart::data || !args.dparams.empty())
+        check(args.dparams.numel() == param_count(config), "dparams has ", args.dparams.numel(),
+              " elements, expected param_count(config) = ", param_count(config));
     check(args.reserve != nullptr,
           "reserve must be the buffer written by a training forward, got null");
     detail::check_buffer(args.reserve, args.reserve_size,

@@ -11,7 +11,21 @@
 #include <string>
 #include <vector>
 
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/runtime.hpp"
+#endif
+
 namespace lstm::test {
+
+// Whether this process can use a GPU: false in builds without CUDA and on machines (CI) without
+// a device, where CUDA variants are compiled and registered but cannot run.
+inline bool gpu_visible() {
+#if LSTM_WITH_CUDA
+    return cuda::device_available();
+#else
+    return false;
+#endif
+}
 
 // Uniform values in [lo, hi) from a fixed seed, so every failure reproduces.
 template <typename T = double>

@@ -289,11 +289,13 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
     r = invoke({"lstm", "--params", inputs, "--inputs", inputs, "--out", out});
     CHECK(r.rc == 1);
     CHECK_THAT(r.err, Contains("not an nn.LSTM state_dict"));
+    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--device", "cuda"});
     if (variants_on(Device::cuda).empty()) {
-        r = invoke(
-            {"lstm", "--params", params, "--inputs", inputs, "--out", out, "--device", "cuda"});
         CHECK(r.rc == 1);
         CHECK_THAT(r.err, Contains("no variant runs on cuda in this binary; known: basic (cpu)"));
+    } else if (!test::gpu_visible()) {
+        CHECK(r.rc == 1);
+        CHECK_THAT(r.err, Contains("Context: device 0 does not exist; this process sees 0 CUDA"));
     }
 
     // Inputs that do not fit the model.

@@ -1,114 +1,86 @@
 #pragma once
 
-// A byte buffer in the memory space of a variant (host or CUDA device), so the tool runs every
-// registered variant on the same code path: upload inputs, run, download outputs.
+// A byte buffer of an exact size in the memory space of a variant (host or CUDA device), so the
+// tool runs every registered variant on the same code path: upload inputs, run, download outputs.
+// Built on lstm::Buffer; this wrapper remembers the logical size (lstm::Buffer rounds host
+// capacity up) and the CUDA context whose stream orders every copy.
 
 #include <cstddef>
-#include <cstring>
 #include <memory>
 #include <vector>
 
-#include "lstm/detail/aligned_buffer.hpp"
-#include "lstm/error.hpp"
+#include "lstm/buffer.hpp"
 #include "lstm/tensor.hpp"
 
 #if LSTM_WITH_CUDA
-#include <cuda_runtime.h>
+#include "lstm/cuda/context.hpp"
 #endif
 
 namespace lstm::tool {
 
-#if LSTM_WITH_CUDA
-inline void cuda_check(cudaError_t status, const char* call, const char* file, int line) {
-    if (status != cudaSuccess)
-        fail(call, " failed at ", file, ":", line, ": ", cudaGetErrorString(status));
-}
-#define LSTM_TOOL_CUDA(call) ::lstm::tool::cuda_check((call), #call, __FILE__, __LINE__)
-#endif
-
-class DeviceBuffer {
+// The CUDA context of one tool run: created only when the run targets device cuda, so CPU runs
+// never touch the CUDA runtime.
+class DeviceContext {
 public:
-    DeviceBuffer(Device device, size_t bytes) : device_(device), size_(bytes) {
-        if (bytes == 0) return;
-        if (device == Device::cpu) {
-            data_ = host_.reserve(bytes);
-            return;
-        }
+    explicit DeviceContext(Device device) {
 #if LSTM_WITH_CUDA
-        LSTM_TOOL_CUDA(cudaMalloc(&data_, bytes));
-        // The memory is ours from here on; the deleter frees it even if a later step throws.
-        owner_.reset(data_);
+        if (device == Device::cuda) context_ = std::make_unique<cuda::Context>();
 #else
-        fail("device cuda: this lstm_tool was built without CUDA (LSTM_WITH_CUDA=0)");
+        check(device == Device::cpu,
+              "device cuda: this lstm_tool was built without CUDA (LSTM_WITH_CUDA=0)");
+#endif
+    }
+    // Null for cpu runs.
+    cuda::Context* get() const {
+#if LSTM_WITH_CUDA
+        return context_.get();
+#else
+        return nullptr;
 #endif
     }
 
+private:
+#if LSTM_WITH_CUDA
+    std::unique_ptr<cuda::Context> context_;
+#endif
+};
+
+class DeviceBuffer {
+public:
+    DeviceBuffer(Device device, size_t bytes, cuda::Context* context = nullptr)
+        : buffer_(device, bytes), size_(bytes), context_(context) {}
+
     // A buffer on `device` holding a copy of the host vector.
     template <typename T>
-    static DeviceBuffer upload(Device device, const std::vector<T>& host) {
-        DeviceBuffer out(device, host.size() * sizeof(T));
-        out.copy_from_host(host.data(), out.size_);
+    static DeviceBuffer upload(Device device, const std::vector<T>& host,
+                               cuda::Context* context = nullptr) {
+        DeviceBuffer out(device, host.size() * sizeof(T), context);
+        out.buffer_.copy_from(host.data(), Device::cpu, out.size_, context);
         return out;
     }
 
     // Every byte set to zero (gradient buffers, which backward accumulates into).
-    void zero() {
-        if (size_ == 0) return;
-        if (device_ == Device::cpu) {
-            std::memset(data_, 0, size_);
-            return;
-        }
-#if LSTM_WITH_CUDA
-        LSTM_TOOL_CUDA(cudaMemset(data_, 0, size_));
-#endif
-    }
+    void zero() { buffer_.zero(size_, context_); }
 
-    // The contents as a host vector of T (the size must be a multiple of sizeof(T)).
+    // The contents as a host vector of T (the size must be a multiple of sizeof(T)); waits for
+    // the work queued on the context's stream.
     template <typename T>
     std::vector<T> download() const {
-        std::vector<T> out(size_ / sizeof(T));
-        if (size_ == 0) return out;
-        if (device_ == Device::cpu) {
-            std::memcpy(out.data(), data_, size_);
-            return out;
-        }
-#if LSTM_WITH_CUDA
-        // On the legacy default stream this waits for the work the variant queued.
-        LSTM_TOOL_CUDA(cudaMemcpy(out.data(), data_, size_, cudaMemcpyDeviceToHost));
-#endif
-        return out;
+        return buffer_.download<T>(size_ / sizeof(T), context_);
     }
 
     template <typename T>
     T* as() const {
-        return static_cast<T*>(data_);
+        return buffer_.as<T>();
     }
-    void* data() const { return data_; }
+    void* data() const { return buffer_.data(); }
     size_t size() const { return size_; }
-    Device device() const { return device_; }
+    Device device() const { return buffer_.device(); }
 
 private:
-    void copy_from_host(const void* src, size_t bytes) {
-        if (bytes == 0) return;
-        if (device_ == Device::cpu) {
-            std::memcpy(data_, src, bytes);
-            return;
-        }
-#if LSTM_WITH_CUDA
-        LSTM_TOOL_CUDA(cudaMemcpy(data_, src, bytes, cudaMemcpyHostToDevice));
-#endif
-    }
-
-#if LSTM_WITH_CUDA
-    struct CudaFree {
-        void operator()(void* p) const { cudaFree(p); }
-    };
-    std::unique_ptr<void, CudaFree> owner_;
-#endif
-    Device device_;
+    Buffer buffer_;
     size_t size_;
-    void* data_ = nullptr;
-    lstm::detail::AlignedBuffer host_;
+    cuda::Context* context_;
 };
 
 }  // namespace lstm::tool

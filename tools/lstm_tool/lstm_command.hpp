@@ -157,18 +157,21 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     lstm::detail::check_lengths(lengths_span, seq_len, batch);
     variant.require(config, dtype, lstm::detail::has_variable_lengths(lengths_span, seq_len));
 
-    const DeviceBuffer x_d = DeviceBuffer::upload(dev, x_t.values<T>());
-    const DeviceBuffer params_d = DeviceBuffer::upload(dev, params);
-    const DeviceBuffer h0_d = DeviceBuffer::upload(dev, h0.value_or(std::vector<T>()));
-    const DeviceBuffer c0_d = DeviceBuffer::upload(dev, c0.value_or(std::vector<T>()));
-    DeviceBuffer y_d(dev, sizeof(T) * static_cast<size_t>(seq_len * batch * config.output_size()));
-    DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden));
-    DeviceBuffer cn_d(dev, hn_d.size());
+    const DeviceContext device_context(dev);
+    cuda::Context* ctx = device_context.get();
+    const DeviceBuffer x_d = DeviceBuffer::upload(dev, x_t.values<T>(), ctx);
+    const DeviceBuffer params_d = DeviceBuffer::upload(dev, params, ctx);
+    const DeviceBuffer h0_d = DeviceBuffer::upload(dev, h0.value_or(std::vector<T>()), ctx);
+    const DeviceBuffer c0_d = DeviceBuffer::upload(dev, c0.value_or(std::vector<T>()), ctx);
+    DeviceBuffer y_d(dev, sizeof(T) * static_cast<size_t>(seq_len * batch * config.output_size()),
+                     ctx);
+    DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden), ctx);
+    DeviceBuffer cn_d(dev, hn_d.size(), ctx);
     const size_t workspace = variant.workspace_bytes(config, dtype, seq_len, batch);
-    DeviceBuffer workspace_d(dev, workspace);
+    DeviceBuffer workspace_d(dev, workspace, ctx);
     // A non-null reserve is what makes a forward a training forward, even a zero-byte one.
     const size_t reserve = req.backward ? variant.reserve_bytes(config, dtype, seq_len, batch) : 0;
-    DeviceBuffer reserve_d(dev, req.backward ? std::max<size_t>(reserve, 1) : 0);
+    DeviceBuffer reserve_d(dev, req.backward ? std::max<size_t>(reserve, 1) : 0, ctx);
 
     ForwardArgs<T> f;
     f.x = detail::view3<T>(x_d, seq_len, batch, config.input_size);
@@ -183,6 +186,7 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     f.workspace_size = workspace_d.size();
     f.reserve = reserve_d.data();
     f.reserve_size = reserve_d.size();
+    f.context = ctx;
     variant.forward(config, f);
 
     io::TensorFile out;
@@ -199,13 +203,13 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     out.add(io::Tensor::from("cn", state_shape, cn_d.download<T>()));
     if (!req.backward) return out;
 
-    const DeviceBuffer dy_d = DeviceBuffer::upload(dev, *dy);
-    const DeviceBuffer dhn_d = DeviceBuffer::upload(dev, dhn.value_or(std::vector<T>()));
-    const DeviceBuffer dcn_d = DeviceBuffer::upload(dev, dcn.value_or(std::vector<T>()));
-    DeviceBuffer dx_d(dev, x_d.size());
-    DeviceBuffer dh0_d(dev, h0 ? hn_d.size() : 0);
-    DeviceBuffer dc0_d(dev, c0 ? hn_d.size() : 0);
-    DeviceBuffer dparams_d(dev, params_d.size());
+    const DeviceBuffer dy_d = DeviceBuffer::upload(dev, *dy, ctx);
+    const DeviceBuffer dhn_d = DeviceBuffer::upload(dev, dhn.value_or(std::vector<T>()), ctx);
+    const DeviceBuffer dcn_d = DeviceBuffer::upload(dev, dcn.value_or(std::vector<T>()), ctx);
+    DeviceBuffer dx_d(dev, x_d.size(), ctx);
+    DeviceBuffer dh0_d(dev, h0 ? hn_d.size() : 0, ctx);
+    DeviceBuffer dc0_d(dev, c0 ? hn_d.size() : 0, ctx);
+    DeviceBuffer dparams_d(dev, params_d.size(), ctx);
     dparams_d.zero();  // backward accumulates into it
 
     BackwardArgs<T> b;
@@ -226,6 +230,7 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     b.workspace_size = workspace_d.size();
     b.reserve = reserve_d.data();
     b.reserve_size = reserve_d.size();
+    b.context = ctx;
     variant.backward(config, b);
 
     out.add(io::Tensor::from("dx", x_t.shape, dx_d.download<T>()));

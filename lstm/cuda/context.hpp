@@ -1,0 +1,39 @@
+#pragma once
+
+// lstm::cuda::Context: everything a CUDA variant needs besides its arguments: the stream every
+// call is ordered on, the cuBLAS and cuDNN handles bound to it, side streams for overlapping
+// independent layers and directions, and per-shape plans (cuDNN descriptors, captured CUDA
+// graphs) built on a call's first use and reused after. Nothing of it is global, so two contexts
+// never share state. A context is used by one host thread at a time.
+//
+// Public: no CUDA header is included; lstm_cuda's own sources reach the handles through
+// lstm/cuda/internal/context_impl.hpp.
+
+#include <memory>
+
+namespace lstm::cuda {
+
+class Context {
+public:
+    // Binds to `device`, creates a non-blocking stream and the library handles on it. Throws
+    // lstm::Error naming the failing call when the device is missing or a handle fails.
+    explicit Context(int device = 0);
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    int device() const;
+    // The cudaStream_t every call made with this context is queued on.
+    void* stream() const;
+    // Blocks until all work queued on stream() has finished; throws on an asynchronous error.
+    void synchronize() const;
+
+    // Internal state, defined in lstm/cuda/internal/context_impl.hpp (lstm_cuda only).
+    struct Impl;
+    Impl& impl() const { return *impl_; }
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lstm::cuda

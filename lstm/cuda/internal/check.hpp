@@ -1,0 +1,54 @@
+#pragma once
+
+// Turns CUDA, cuBLAS and cuDNN status codes into lstm::Error naming the failing call, where it
+// was made and the library's own message. For lstm_cuda's sources only (includes CUDA headers).
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "lstm/error.hpp"
+
+#if LSTM_WITH_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace lstm::cuda::detail {
+
+// The part of a source path from the repository's top folder on, so messages do not carry the
+// build machine's directories.
+inline const char* source_path(const char* file) {
+    for (const char* top : {"/lstm/", "/kernels/", "/bench/", "/tests/", "/tools/"}) {
+        if (const char* hit = std::strstr(file, top)) return hit + 1;
+    }
+    return file;
+}
+
+inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
+    if (status != cudaSuccess)
+        fail(call, " failed at ", source_path(file), ":", line, ": ", cudaGetErrorName(status),
+             " (", cudaGetErrorString(status), ")");
+}
+
+inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        fail(call, " failed at ", source_path(file), ":", line, ": ", cublasGetStatusName(status),
+             " (", cublasGetStatusString(status), ")");
+}
+
+#if LSTM_WITH_CUDNN
+inline void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
+    if (status != CUDNN_STATUS_SUCCESS)
+        fail(call, " failed at ", source_path(file), ":", line, ": ", cudnnGetErrorString(status));
+}
+#endif
+
+}  // namespace lstm::cuda::detail
+
+#define LSTM_CUDA_CHECK(call) ::lstm::cuda::detail::check_cuda((call), #call, __FILE__, __LINE__)
+#define LSTM_CUBLAS_CHECK(call) \
+    ::lstm::cuda::detail::check_cublas((call), #call, __FILE__, __LINE__)
+#define LSTM_CUDNN_CHECK(call) ::lstm::cuda::detail::check_cudnn((call), #call, __FILE__, __LINE__)
+// After a kernel launch: launch errors (bad configuration) surface here, not at the next sync.
+#define LSTM_CUDA_CHECK_LAUNCH() LSTM_CUDA_CHECK(cudaGetLastError())

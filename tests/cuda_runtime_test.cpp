@@ -1,0 +1,43 @@
+// Host-side behaviour of the CUDA back-end that holds on any machine, GPU or not.
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "lstm/buffer.hpp"
+
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/context.hpp"
+#include "lstm/cuda/runtime.hpp"
+#endif
+
+using namespace lstm;
+
+TEST_CASE("Buffer on the host grows, copies and zeroes", "[buffer]") {
+    const std::vector<double> host = {1.5, -2.0, 3.25};
+    Buffer b = Buffer::upload(Device::cpu, host);
+    REQUIRE(b.size() >= host.size() * sizeof(double));
+    REQUIRE(b.download<double>(host.size()) == host);
+    void* before = b.data();
+    REQUIRE(b.reserve(8) == before);  // smaller requests never reallocate
+    b.zero(host.size() * sizeof(double));
+    REQUIRE(b.download<double>(host.size()) == std::vector<double>(host.size(), 0.0));
+    REQUIRE_THROWS_WITH(b.copy_to(nullptr, Device::cpu, b.size() + 1),
+                        Catch::Contains("bytes requested from"));
+}
+
+#if LSTM_WITH_CUDA
+TEST_CASE("CUDA runtime answers without a device and errors name the device", "[cuda]") {
+    const int count = cuda::device_count();  // must not throw, with or without a driver
+    REQUIRE(count >= 0);
+    if (count == 0) {
+        REQUIRE_FALSE(cuda::device_available());
+        REQUIRE_THROWS_WITH(cuda::Context(0), Catch::Contains("device 0 does not exist"));
+        REQUIRE_THROWS_WITH(cuda::device_description(0), Catch::Contains("sees 0 CUDA device"));
+    } else {
+        REQUIRE_THROWS_WITH(cuda::Context(count), Catch::Contains("does not exist"));
+    }
+}
+#else
+TEST_CASE("Buffer on device cuda without a CUDA build says so", "[buffer]") {
+    REQUIRE_THROWS_WITH(Buffer(Device::cuda, 16), Catch::Contains("LSTM_WITH_CUDA=0"));
+}
+#endif
