@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "braun.hpp"
+#include "cuda_bench.hpp"
 #include "flops.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
@@ -35,8 +36,11 @@ struct BraunCase {
 };
 
 std::string case_name(const BraunCase& c) {
-    return std::string("braun/") + c.scenario->name + "/" + to_string(c.variant->device()) + "/" +
-           c.variant->name() + "/threads:" + std::to_string(c.threads);
+    const std::string name = std::string("braun/") + c.scenario->name + "/" +
+                             to_string(c.variant->device()) + "/" + c.variant->name();
+    // A GPU case runs once (see register_braun_cases): host threads do not name it.
+    if (c.variant->device() == Device::cuda) return name;
+    return name + "/threads:" + std::to_string(c.threads);
 }
 
 // Why the case cannot run at all; every such case is reported with its reason, never dropped.
@@ -70,9 +74,9 @@ std::optional<std::string> cached_reference_check(const BraunCase& c, const nn::
     if (found != verdicts.end()) return found->second;
     const BraunScenario& s = *c.scenario;
     const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
-    const auto params = std::as_const(model.lstm()).parameters();
-    auto verdict =
-        check_against_reference(*c.variant, m.lstm, x, Span<const int64_t>(data.lengths), params);
+    // The parameters wherever they live; a cuda variant is checked through device buffers.
+    auto verdict = check_layer_against_reference(*c.variant, m.lstm, x,
+                                                 Span<const int64_t>(data.lengths), model.lstm());
     verdicts.emplace(key, verdict);
     return verdict;
 }
@@ -91,8 +95,13 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     const Span<const int64_t> lengths(data.lengths), targets(data.targets),
         target_lengths(data.target_lengths);
     for (int k = 0; k < c.warmup_steps; ++k) model.train_step(x, lengths, targets, target_lengths);
+    // cuda: CUDA events around the whole step, the host-to-device copy of the batch included
+    // (train_step makes it), as Braun timed it; host: the benchmark's real-time clock.
+    StepTimer timer(model.lstm().context());
     for (auto _ : state) {
+        timer.start();
         const float loss = model.train_step(x, lengths, targets, target_lengths);
+        timer.stop(state);
         // A diverged step would time a different computation (NaN propagation), not training.
         if (!std::isfinite(loss)) {
             state.SkipWithError(("training step produced loss " + std::to_string(loss)).c_str());
@@ -114,6 +123,10 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
 }
 
 void run_case(benchmark::State& state, const BraunCase& c) {
+    if (auto why = why_device_unavailable(*c.variant)) {
+        state.SkipWithError(why->c_str());
+        return;
+    }
     if (auto why = why_not_runnable(*c.scenario, *c.variant)) {
         state.SkipWithError(why->c_str());
         return;
@@ -139,11 +152,15 @@ void register_braun_cases(const BenchFlags& flags) {
             for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
                 const BraunCase c{&s, v, threads, flags.warmup_steps};
                 // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
-                // misses the workers. It also makes GFLOP/s divide by wall time.
-                benchmark::RegisterBenchmark(case_name(c).c_str(),
-                                             [c](benchmark::State& state) { run_case(state, c); })
-                    ->UseRealTime()
-                    ->Unit(benchmark::kMillisecond);
+                // misses the workers. It also makes GFLOP/s divide by wall time. GPU cases: the
+                // CUDA events of StepTimer (manual time).
+                auto* b = benchmark::RegisterBenchmark(
+                    case_name(c).c_str(), [c](benchmark::State& state) { run_case(state, c); });
+                if (v->device() == Device::cuda)
+                    b->UseManualTime();
+                else
+                    b->UseRealTime();
+                b->Unit(benchmark::kMillisecond);
             }
         }
     }

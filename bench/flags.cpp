@@ -50,6 +50,7 @@ BenchFlags parse_bench_flags(int* argc, char** argv) {
         const std::string_view arg = argv[i];
         if (starts_with(arg, kThreads)) {
             flags.threads = parse_int_list(arg.substr(kThreads.size()), "--lstm_threads", 1);
+            flags.threads_given = true;
         } else if (starts_with(arg, kWarmup)) {
             flags.warmup_steps = parse_int(arg.substr(kWarmup.size()), "--lstm_warmup_steps", 0);
         } else if (starts_with(arg, kPrefix)) {
@@ -69,8 +70,11 @@ void print_help() {
     benchmark::PrintDefaultHelp();
     std::printf(
         "\nlstm_bench flags:\n"
-        "  [--lstm_threads=K[,K...]]    CPU thread counts to sweep (default: all %d processors)\n"
-        "  [--lstm_warmup_steps=N]      untimed training steps before timing (default: 1)\n"
+        "  [--lstm_threads=K[,K...]]    CPU thread counts to sweep (default: all %d processors;\n"
+        "                               bahrampour/: 1, 2, 4, ... and all processors)\n"
+        "  [--lstm_warmup_steps=N]      untimed steps before timing (default: 1): training\n"
+        "                               steps; bahrampour/: passes over its 16 batches;\n"
+        "                               deepbench/: the timed call with its prerequisites\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
         "--benchmark_report_aggregates_only=true.\n",
         all_cpu_threads());

@@ -10,8 +10,12 @@ namespace lstm::bench {
 struct BenchFlags {
     // --lstm_threads=K[,K...]: CPU thread counts to sweep; default all cores.
     std::vector<int> threads;
+    // Whether --lstm_threads was given: cases with their own default sweep (Bahrampour's 1, 2,
+    // 4, ... up to all cores) use it only then.
+    bool threads_given = false;
     // --lstm_warmup_steps=N: untimed training steps per run before timing starts (first-touch
-    // of the buffers a step allocates; Braun dropped 100 warm-up batches).
+    // of the buffers a step allocates; Braun dropped 100 warm-up batches). Bahrampour cases run
+    // N passes over their batches, DeepBench cases N times their timed call and its prerequisites.
     int warmup_steps = 1;
 };
 

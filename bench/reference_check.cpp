@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lstm/detail/random.hpp"
+#include "lstm/reference/split_check.hpp"
 #include "lstm/reference/variant_check.hpp"
 
 namespace lstm::bench {
@@ -49,12 +50,14 @@ reference::LstmCase make_slice(const Config& config, TensorView<const float> x,
 std::optional<std::string> check_against_reference(const Variant& variant, const Config& config,
                                                    TensorView<const float> x,
                                                    Span<const int64_t> lengths,
-                                                   Span<const float> params) {
+                                                   Span<const float> params, bool with_split) {
     const reference::LstmCase slice = make_slice(config, x, lengths, params);
     const std::string where = "reference check on " + std::to_string(slice.in.batch) +
                               " sequences x " + std::to_string(slice.in.seq_len) + " steps: ";
     try {
-        if (auto why = reference::check_variant<float>(variant, slice)) return where + *why;
+        const auto why = with_split ? reference::check_variant_with_split<float>(variant, slice)
+                                    : reference::check_variant<float>(variant, slice);
+        if (why) return where + *why;
     } catch (const std::exception& e) {
         return where + "threw: " + e.what();
     }

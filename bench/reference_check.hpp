@@ -23,11 +23,13 @@ constexpr int64_t kCheckSteps = 16;
 // Runs `variant` forward (y, hn, cn) and backward (dx, dh0, dc0, dparams, from a fixed random dy
 // and zero initial states, as the training step has) on the first and last sequence of x
 // (T, N, I, host) over min(T, kCheckSteps) steps, lengths (N, host) scaled to that, with
-// `params` (param_count(config), host). Tolerances: reference::lstm_rtol. Returns why it
-// disagrees (or threw), std::nullopt when it agrees.
+// `params` (param_count(config), host). Tolerances: reference::lstm_rtol. With `with_split`,
+// backward also runs as BackwardPart::data then weights (the variant must support the split) and
+// that result is checked too. Returns why it disagrees (or threw), std::nullopt when it agrees.
 std::optional<std::string> check_against_reference(const Variant& variant, const Config& config,
                                                    TensorView<const float> x,
                                                    Span<const int64_t> lengths,
-                                                   Span<const float> params);
+                                                   Span<const float> params,
+                                                   bool with_split = false);
 
 }  // namespace lstm::bench

@@ -14,6 +14,13 @@
 #if LSTM_WITH_ONEDNN
 #include "lstm/variants/onednn.hpp"
 #endif
+#if LSTM_WITH_CUDA
+#include "lstm/variants/cuda_basic.hpp"
+#include "lstm/variants/cuda_fused.hpp"
+#endif
+#if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
+#include "lstm/variants/cudnn.hpp"
+#endif
 
 namespace lstm {
 
@@ -23,11 +30,25 @@ inline const std::vector<const Variant*>& variants() {
 #if LSTM_WITH_ONEDNN
     static const cpu::OnednnVariant onednn_cpu;
 #endif
+#if LSTM_WITH_CUDA
+    static const cuda::BasicVariant basic_cuda;
+    static const cuda::FusedVariant fused_cuda;
+#endif
+#if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
+    static const cuda::CudnnVariant cudnn_cuda;
+#endif
     static const std::vector<const Variant*> all = {
         &basic_cpu,
         &fused_cpu,
 #if LSTM_WITH_ONEDNN
         &onednn_cpu,
+#endif
+#if LSTM_WITH_CUDA
+        &basic_cuda,
+        &fused_cuda,
+#endif
+#if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
+        &cudnn_cuda,
 #endif
     };
     return all;

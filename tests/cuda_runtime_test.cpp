@@ -20,7 +20,8 @@ TEST_CASE("Buffer on the host grows, copies and zeroes", "[buffer]") {
     REQUIRE(b.reserve(8) == before);  // smaller requests never reallocate
     b.zero(host.size() * sizeof(double));
     REQUIRE(b.download<double>(host.size()) == std::vector<double>(host.size(), 0.0));
-    REQUIRE_THROWS_WITH(b.copy_to(nullptr, Device::cpu, b.size() + 1),
+    std::vector<char> sink(b.size() + 1);  // large enough; the buffer is what is too small
+    REQUIRE_THROWS_WITH(b.copy_to(sink.data(), Device::cpu, b.size() + 1),
                         Catch::Contains("bytes requested from"));
 }
 

@@ -404,31 +404,35 @@ TEST_CASE("lstm_tool ctc matches PyTorch's ctc_loss for every reduction", "[tool
             const double rtol = f64 ? 1e-11 : 1e-6;
             for (const char* reduction : {"none", "sum", "mean"}) {
                 for (const bool zero_infinity : {false, true}) {
-                    INFO(c.name << (f64 ? " F64" : " F32") << ", reduction " << reduction
-                                << (zero_infinity ? ", zero_infinity" : ""));
-                    const std::string out = scratch("ctc.safetensors");
-                    std::vector<std::string> args = {"ctc",   "--inputs",    inputs,
-                                                     "--out", out,           "--blank",
-                                                     c.blank, "--reduction", reduction};
-                    if (zero_infinity) args.push_back("--zero-infinity");
-                    const ToolRun run = invoke(args);
-                    INFO(run.err);
-                    REQUIRE(run.rc == 0);
-                    const TensorFile got = read_safetensors(out);
-                    const std::string key =
-                        std::string(reduction) + (zero_infinity ? ".zero_infinity" : "");
-                    const Tensor& loss = got.at("loss");
-                    CHECK(loss.dtype == (f64 ? ScalarType::f64 : ScalarType::f32));
-                    CHECK(loss.shape == expected.at("loss." + key).shape);
-                    check_ctc_close("loss", loss.floats_as_double(),
-                                    expected.at("loss." + key).floats_as_double(), rtol);
-                    // No PyTorch gradient exists for an infinite loss; infeasible samples get
-                    // zero gradient here either way, so it equals the zero_infinity one.
-                    const Tensor* want = expected.find("grad." + key);
-                    if (want == nullptr) want = &expected.at("grad." + key + ".zero_infinity");
-                    CHECK(got.at("grad").shape == want->shape);
-                    check_ctc_close("grad", got.at("grad").floats_as_double(),
-                                    want->floats_as_double(), rtol);
+                    // The GPU's own kernel computes like the cpu (double alpha/beta): same rtol.
+                    for (const char* device : {"cpu", "cuda"}) {
+                        if (std::string(device) == "cuda" && !test::gpu_visible()) continue;
+                        INFO(c.name << (f64 ? " F64" : " F32") << ", reduction " << reduction
+                                    << (zero_infinity ? ", zero_infinity" : "") << ", " << device);
+                        const std::string out = scratch("ctc.safetensors");
+                        std::vector<std::string> args = {
+                            "ctc",   "--inputs",    inputs,    "--out",    out,   "--blank",
+                            c.blank, "--reduction", reduction, "--device", device};
+                        if (zero_infinity) args.push_back("--zero-infinity");
+                        const ToolRun run = invoke(args);
+                        INFO(run.err);
+                        REQUIRE(run.rc == 0);
+                        const TensorFile got = read_safetensors(out);
+                        const std::string key =
+                            std::string(reduction) + (zero_infinity ? ".zero_infinity" : "");
+                        const Tensor& loss = got.at("loss");
+                        CHECK(loss.dtype == (f64 ? ScalarType::f64 : ScalarType::f32));
+                        CHECK(loss.shape == expected.at("loss." + key).shape);
+                        check_ctc_close("loss", loss.floats_as_double(),
+                                        expected.at("loss." + key).floats_as_double(), rtol);
+                        // No PyTorch gradient exists for an infinite loss; infeasible samples get
+                        // zero gradient here either way, so it equals the zero_infinity one.
+                        const Tensor* want = expected.find("grad." + key);
+                        if (want == nullptr) want = &expected.at("grad." + key + ".zero_infinity");
+                        CHECK(got.at("grad").shape == want->shape);
+                        check_ctc_close("grad", got.at("grad").floats_as_double(),
+                                        want->floats_as_double(), rtol);
+                    }
                 }
             }
         }
@@ -448,9 +452,18 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
     CHECK_THAT(r.err, Contains("--blank must be an integer, got '1x'"));
     r = invoke({"ctc", "--inputs", inputs});
     CHECK(r.rc == 2);
+    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "fast"});
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("--backend must be own, cudnn or automatic, got 'fast'"));
     r = invoke({"ctc", "--inputs", inputs, "--out", out, "--device", "cuda"});
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("runs on the cpu only"));
+    if (!test::gpu_visible()) {
+        CHECK(r.rc == 1);
+#if LSTM_WITH_CUDA
+        CHECK_THAT(r.err, Contains("Context: device 0 does not exist; this process sees 0 CUDA"));
+#else
+        CHECK_THAT(r.err, Contains("built without CUDA (LSTM_WITH_CUDA=0)"));
+#endif
+    }
     // Errors the loss itself raises come through with its message.
     r = invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "7"});
     CHECK(r.rc == 1);

@@ -323,21 +323,20 @@ struct RowRun {
 // same for every kernel set; the layout inside each packed array is the kernel set's own.
 template <typename T>
 struct FusedBuffers {
-    T* w_ih_fwd;   // (in_max, G) forward input weights
-    T* w_hh_fwd;   // (H, G) forward recurrent weights
-    T* bias;       // (G) b_ih + b_hh, interleaved
-    T* w_hh_bwd;   // (G, Hp) recurrent weights for dh_{t-1} = dgates W_hh
-    T* w_ih_bwd;   // (G, in_max rounded up to 16) input weights for dx = dgates W_ih
-    T* dh;         // (N, Hp) scratch: one step's recurrent gradient
-    T* dw;         // (in_max + H, G) scratch: transposed weight gradients
-    T* bias_grad;  // (G) one cell's bias gradient
-    T* a_pack;     // (kGradChunk, G + 6 nb) scratch: a chunk of dgates packed for the AVX-512
-                   // weight-gradient GEMM, one region per thread at its own columns
+    T* w_ih_fwd;  // (in_max, G) forward input weights
+    T* w_hh_fwd;  // (H, G) forward recurrent weights
+    T* bias;      // (G) b_ih + b_hh, interleaved
+    T* w_hh_bwd;  // (G, Hp) recurrent weights for dh_{t-1} = dgates W_hh
+    T* w_ih_bwd;  // (G, in_max rounded up to 16) input weights for dx = dgates W_ih
+    T* dh;        // (N, Hp) scratch: one step's recurrent gradient
+    T* dw;        // (in_max + H, G) scratch: transposed weight gradients
+    T* a_pack;    // (kGradChunk, G + 6 nb) scratch: a chunk of dgates packed for the AVX-512
+                  // weight-gradient GEMM, one region per thread at its own columns
 };
 
 // Element counts of FusedBuffers for hidden size H, widest layer input in_max and batch N.
 struct FusedBufferSizes {
-    int64_t w_ih_fwd, w_hh_fwd, bias, w_hh_bwd, w_ih_bwd, dh, dw, bias_grad, a_pack;
+    int64_t w_ih_fwd, w_hh_fwd, bias, w_hh_bwd, w_ih_bwd, dh, dw, a_pack;
     FusedBufferSizes(const FusedLayout& lay, int64_t in_max, int64_t batch) {
         const int64_t g = lay.gate_cols,
                       in_pad = (in_max + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
@@ -348,7 +347,6 @@ struct FusedBufferSizes {
         w_ih_bwd = g * in_pad;
         dh = batch * lay.hidden_padded;
         dw = (in_max + lay.hidden) * g;
-        bias_grad = g;
         // Each thread pads its columns to whole tiles: less than one tile per block.
         a_pack = kGradChunk * (g + kGradTileCols * lay.blocks);
     }

@@ -68,7 +68,8 @@ void add_output_grad(const T* dh_carry, const T* dy, int64_t ldy, int64_t rows, 
 }
 
 // Backward of h = o tanh(c): writes the o block of dgates (rows, 4H) and dc (rows, H) =
-// dc_carry + dh * o * (1 - tanh(c)^2); overwrites both.
+// dc_carry + dh * o * (1 - tanh(c)^2); overwrites both. dgates may alias gates (basic computes in
+// place in its reserve): each element is read before it is written.
 template <typename T>
 void hidden_backward(const T* gates, const T* c, const T* dh, const T* dc_carry, int64_t rows,
                      int64_t hidden, T* dgates, T* dc) {
@@ -84,7 +85,8 @@ void hidden_backward(const T* gates, const T* c, const T* dh, const T* dc_carry,
 }
 
 // Backward of c = f c_prev + i g: writes the i, f, g blocks of dgates (rows, 4H) and
-// dc_prev (rows, H) = dc * f; overwrites both (dc_prev may alias dc).
+// dc_prev (rows, H) = dc * f; overwrites both (dc_prev may alias dc, dgates may alias gates: a
+// unit's i, f, g are all read before any of them is written).
 template <typename T>
 void cell_backward_pass(const T* gates, const T* c_prev, const T* dc, int64_t rows, int64_t hidden,
                         T* dgates, T* dc_prev) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <utility>
 
 namespace lstm::detail {
 
@@ -12,6 +13,16 @@ namespace lstm::detail {
 class AlignedBuffer {
 public:
     static constexpr size_t kAlignment = 64;
+
+    AlignedBuffer() = default;
+    // A moved-from buffer is empty (capacity 0), so its next reserve() allocates again.
+    AlignedBuffer(AlignedBuffer&& other) noexcept
+        : data_(std::move(other.data_)), capacity_(std::exchange(other.capacity_, 0)) {}
+    AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
+        data_ = std::move(other.data_);
+        capacity_ = std::exchange(other.capacity_, 0);
+        return *this;
+    }
 
     void* reserve(size_t bytes) {
         if (bytes > capacity_) {

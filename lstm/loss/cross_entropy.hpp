@@ -14,14 +14,40 @@
 #include "lstm/loss/reduction.hpp"
 #include "lstm/tensor.hpp"
 
+#if LSTM_WITH_CUDA
+#include "lstm/loss/cross_entropy_cuda.hpp"
+#endif
+
+namespace lstm::cuda {
+class Context;  // lstm/cuda/context.hpp
+}  // namespace lstm::cuda
+
 namespace lstm::loss {
 
 namespace detail {
 
+// The call runs where the logits live; every output must live there too, and cuda needs a
+// context (and a build with the CUDA back-end).
 template <typename T>
-void check_ce_host(const TensorView<T>& view, const char* function, const char* name) {
-    check(view.empty() || view.device() == Device::cpu, function, ": ", name, " is on ",
-          to_string(view.device()), ", but only cpu tensors are supported so far");
+void check_ce_devices(const TensorView<const T>& logits, const TensorView<T>& grad,
+                      const TensorView<T>& losses, const char* function,
+                      const cuda::Context* context) {
+    const Device device = logits.device();
+    auto on_device = [&](const TensorView<T>& view, const char* name) {
+        check(view.empty() || view.device() == device, function, ": ", name, " is on ",
+              to_string(view.device()), ", but logits is on ", to_string(device),
+              "; outputs must be on the logits' device");
+    };
+    on_device(grad, "grad");
+    on_device(losses, "losses");
+    if (device == Device::cpu) return;
+#if LSTM_WITH_CUDA
+    check(context != nullptr, function,
+          ": logits is on cuda, so the context argument (a lstm::cuda::Context) must be given");
+#else
+    (void)context;
+    fail(function, ": logits is on cuda, but this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
+#endif
 }
 
 // Factor that turns d(sum of counted losses) into d(returned loss).
@@ -47,17 +73,19 @@ T ce_reduce_total(Reduction reduction, double total, int64_t count) {
 // i.e. (softmax - onehot) scaled by 1 for none and sum, 1 / M for mean.
 // losses (M), optional: overwritten with each row's unreduced loss, whatever the reduction.
 // Throws lstm::Error on a shape mismatch or a target outside [0, C), before writing anything.
+// Device: logits, grad and losses on the host, or all on cuda (targets stay a host span); cuda
+// needs `context`, queues the work on its stream and waits for it (the loss comes back to the
+// host), with the same arguments, checks and results (sums in a fixed order, bit-identical run
+// to run; rounding differs from the host's in the last bits).
 template <typename T>
 T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
                 Reduction reduction = Reduction::mean, TensorView<T> grad = {},
-                TensorView<T> losses = {}) {
+                TensorView<T> losses = {}, cuda::Context* context = nullptr) {
     constexpr const char* fn = "cross_entropy";
     check(logits.rank() == 2, fn, ": logits must have rank 2 (M, C), got shape ",
           logits.shape_string());
     const int64_t rows = logits.size(0), classes = logits.size(1);
-    detail::check_ce_host(logits, fn, "logits");
-    detail::check_ce_host(grad, fn, "grad");
-    detail::check_ce_host(losses, fn, "losses");
+    detail::check_ce_devices(logits, grad, losses, fn, context);
     check(targets.size == rows, fn, ": targets must have M = ", rows, " elements, got ",
           targets.size);
     check(rows == 0 || logits.data() != nullptr, fn, ": logits has no data");
@@ -69,6 +97,14 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
               " is out of range for ", classes, " classes (expected 0..", classes - 1, ")");
     }
     const T scale = static_cast<T>(detail::ce_reduction_scale(reduction, rows));
+#if LSTM_WITH_CUDA
+    if (logits.device() == Device::cuda) {
+        const double total = cuda::cross_entropy_rows(
+            *context, rows, classes, rows, nullptr, logits.data(), targets.data, scale,
+            losses.empty() ? nullptr : losses.data(), grad.empty() ? nullptr : grad.data());
+        return detail::ce_reduce_total<T>(reduction, total, rows);
+    }
+#endif
     const double total = kernels::cpu::cross_entropy_rows<T>(
         rows, classes, rows, nullptr, logits.data(), targets.data, scale,
         losses.empty() ? nullptr : losses.data(), grad.empty() ? nullptr : grad.data());
@@ -79,8 +115,8 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
 template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
 T cross_entropy(TensorView<T> logits, Span<const int64_t> targets,
                 Reduction reduction = Reduction::mean, TensorView<T> grad = {},
-                TensorView<T> losses = {}) {
-    return cross_entropy<T>(TensorView<const T>(logits), targets, reduction, grad, losses);
+                TensorView<T> losses = {}, cuda::Context* context = nullptr) {
+    return cross_entropy<T>(TensorView<const T>(logits), targets, reduction, grad, losses, context);
 }
 
 // Per-frame cross-entropy of a padded, time-major batch: logits (T, N, C), targets (T * N)
@@ -93,17 +129,17 @@ T cross_entropy(TensorView<T> logits, Span<const int64_t> targets,
 // losses (T, N), optional: overwritten with each frame's unreduced loss (zero when padded).
 // Throws lstm::Error on a shape mismatch, a length outside 1..T or a valid frame's target
 // outside [0, C), before writing anything.
+// Device: as cross_entropy (cuda tensors need `context`; lengths and targets stay host spans).
 template <typename T>
 T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
                        Span<const int64_t> targets, Reduction reduction = Reduction::mean,
-                       TensorView<T> grad = {}, TensorView<T> losses = {}) {
+                       TensorView<T> grad = {}, TensorView<T> losses = {},
+                       cuda::Context* context = nullptr) {
     constexpr const char* fn = "cross_entropy_frames";
     check(logits.rank() == 3, fn, ": logits must have rank 3 (T, N, C), got shape ",
           logits.shape_string());
     const int64_t steps = logits.size(0), batch = logits.size(1), classes = logits.size(2);
-    detail::check_ce_host(logits, fn, "logits");
-    detail::check_ce_host(grad, fn, "grad");
-    detail::check_ce_host(losses, fn, "losses");
+    detail::check_ce_devices(logits, grad, losses, fn, context);
     check(lengths.empty() || lengths.size == batch, fn, ": lengths must have N = ", batch,
           " elements (or none for all T), got ", lengths.size);
     check(targets.size == steps * batch, fn, ": targets must have T * N = ", steps * batch,
@@ -128,6 +164,15 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
         }
     }
     const T scale = static_cast<T>(detail::ce_reduction_scale(reduction, count));
+#if LSTM_WITH_CUDA
+    if (logits.device() == Device::cuda) {
+        const double total = cuda::cross_entropy_rows(
+            *context, steps * batch, classes, batch, lengths.empty() ? nullptr : lengths.data,
+            logits.data(), targets.data, scale, losses.empty() ? nullptr : losses.data(),
+            grad.empty() ? nullptr : grad.data());
+        return detail::ce_reduce_total<T>(reduction, total, count);
+    }
+#endif
     const double total = kernels::cpu::cross_entropy_rows<T>(
         steps * batch, classes, batch, lengths.empty() ? nullptr : lengths.data, logits.data(),
         targets.data, scale, losses.empty() ? nullptr : losses.data(),
@@ -139,9 +184,10 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
 template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
 T cross_entropy_frames(TensorView<T> logits, Span<const int64_t> lengths,
                        Span<const int64_t> targets, Reduction reduction = Reduction::mean,
-                       TensorView<T> grad = {}, TensorView<T> losses = {}) {
+                       TensorView<T> grad = {}, TensorView<T> losses = {},
+                       cuda::Context* context = nullptr) {
     return cross_entropy_frames<T>(TensorView<const T>(logits), lengths, targets, reduction, grad,
-                                   losses);
+                                   losses, context);
 }
 
 }  // namespace lstm::loss

@@ -6,7 +6,8 @@
 //
 // Input: either unnormalized logits (a softmax over classes is applied inside, as warp-ctc does)
 // or log-probabilities (as PyTorch's log_probs), time-major (T, N, C), float or double, on the
-// host. The gradient comes back with respect to whichever was given, under the matching name:
+// host (or on a CUDA device with CtcArgs::context: lstm/loss/ctc_cuda.hpp, docs/ctc.md "On the
+// GPU"). The gradient comes back with respect to whichever was given, under the matching name:
 //
 //   grad_logits    = d loss / d logits    = scale_n * (softmax(logits) - posterior)
 //   grad_log_probs = d loss / d log_probs = scale_n * (-posterior)
@@ -40,13 +41,15 @@
 
 #include "kernels/cpu/ctc.hpp"
 #include "lstm/error.hpp"
+#include "lstm/loss/ctc_cuda.hpp"
 #include "lstm/loss/reduction.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::loss {
 
 // What ctc_loss reads. Exactly one of logits and log_probs is given (the other stays empty).
-// All tensors and spans are host memory.
+// The input and the outputs are host memory, or all device memory (Device::cuda, with `context`);
+// targets and lengths are always host memory.
 template <typename T>
 struct CtcArgs {
     // (T, N, C) time-major, contiguous: unnormalized scores, softmax over C applied inside.
@@ -70,6 +73,11 @@ struct CtcArgs {
     // An infeasible sample (no alignment has nonzero probability, e.g. T < L + repeats) has loss
     // +inf and zero gradient; with zero_infinity its loss is 0 instead (gradient still 0).
     bool zero_infinity = false;
+    // For cuda tensors: the context whose stream the call is queued on (required; the call waits
+    // for it, since the reduced loss comes back to the host). Ignored for cpu tensors.
+    cuda::Context* context = nullptr;
+    // For cuda tensors: which implementation runs (lstm/loss/ctc_cuda.hpp). Ignored on the cpu.
+    CtcBackend backend = CtcBackend::automatic;
 };
 
 // What ctc_loss writes; every output is optional (an empty view is not computed) and, when
@@ -104,10 +112,12 @@ struct CtcDims {
     int64_t target_stride = 0;  // S when padded, 0 when concatenated
 };
 
+// Outputs live on the input's device.
 template <typename V>
-void check_host(const V& view, const char* name) {
-    check(view.empty() || view.device() == Device::cpu, "ctc_loss: ", name, " is on ",
-          to_string(view.device()), ", but only cpu tensors are supported so far");
+void check_device(const V& view, const char* name, Device device, const char* input_name) {
+    check(view.empty() || view.device() == device, "ctc_loss: ", name, " is on ",
+          to_string(view.device()), ", but ", input_name, " is on ", to_string(device),
+          "; outputs must be on the input's device");
 }
 
 // Whether two arrays share memory (addresses compared as integers: the arrays are unrelated).
@@ -130,7 +140,16 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
     const char* input_name = logits ? "logits" : "log_probs";
     check(input.rank() == 3, "ctc_loss: ", input_name, " must have rank 3 (T, N, C), got shape ",
           input.shape_string());
-    check_host(input, input_name);
+    const Device device = input.device();
+    if (device == Device::cuda) {
+#if LSTM_WITH_CUDA
+        check(args.context != nullptr, "ctc_loss: ", input_name,
+              " is on cuda, so args.context (a lstm::cuda::Context) must be given");
+#else
+        fail("ctc_loss: ", input_name,
+             " is on cuda, but this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
+#endif
+    }
     CtcDims d;
     d.max_time = input.size(0);
     d.batch = input.size(1);
@@ -147,8 +166,8 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
           "ctc_loss: grad_log_probs was given but the input is logits; pass grad_logits");
     const TensorView<T>& grad = logits ? out.grad_logits : out.grad_log_probs;
     const char* grad_name = logits ? "grad_logits" : "grad_log_probs";
-    check_host(grad, grad_name);
-    check_host(out.losses, "losses");
+    check_device(grad, grad_name, device, input_name);
+    check_device(out.losses, "losses", device, input_name);
     if (!grad.empty()) {
         check_shape(grad, logits ? "ctc_loss: grad_logits" : "ctc_loss: grad_log_probs",
                     {d.max_time, d.batch, d.classes});
@@ -182,7 +201,8 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
 
     // Targets: padded (N, S) or concatenated (sum of target_lengths).
     const TensorView<const int64_t>& targets = args.targets;
-    check_host(targets, "targets");
+    check(targets.empty() || targets.device() == Device::cpu,
+          "ctc_loss: targets is on cuda, but targets are read on the host; pass a cpu view");
     check(targets.rank() == 1 || targets.rank() == 2,
           "ctc_loss: targets must be padded (N, S) or concatenated 1-D, got shape ",
           targets.shape_string());
@@ -269,6 +289,9 @@ T ctc_loss(const CtcArgs<T>& args, const CtcOutputs<T>& outputs, void* workspace
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "ctc_loss supports float and double");
     const ctc_detail::CtcDims d = ctc_detail::validate(args, outputs);
+    check((args.logits.empty() ? args.log_probs : args.logits).device() == Device::cpu,
+          "ctc_loss: the overload with a host workspace is for cpu tensors; cuda tensors keep "
+          "their scratch in args.context: call ctc_loss(args, outputs)");
     const size_t needed =
         ctc_workspace_bytes(d.max_time, d.batch, d.classes, d.max_target_length, 1);
     check(workspace_bytes >= needed, "ctc_loss: workspace has ", workspace_bytes,
@@ -293,8 +316,22 @@ T ctc_loss(const CtcArgs<T>& args, const CtcOutputs<T>& outputs, void* workspace
 
 // Same, allocating its own workspace for omp_get_max_threads() threads on every call. Training
 // loops that call it repeatedly should keep a buffer and use the overload above.
+// cuda tensors (with args.context) run on the device instead, with args.backend: the same checks
+// and semantics, the gradient and per-sample losses written on the device, the reduced loss
+// returned after waiting on the context's stream; their scratch lives in the context (it only
+// grows), so steady-state calls allocate no device memory. Deterministic: no atomics, every sum
+// in a fixed order. docs/ctc.md, "On the GPU".
 template <typename T>
 T ctc_loss(const CtcArgs<T>& args, const CtcOutputs<T>& outputs = {}) {
+#if LSTM_WITH_CUDA
+    if ((args.logits.empty() ? args.log_probs : args.logits).device() == Device::cuda) {
+        const ctc_detail::CtcDims d = ctc_detail::validate(args, outputs);
+        const kernels::cpu::CtcProblem<T> p = ctc_detail::problem(args, outputs, d);
+        return cuda::ctc_loss(*args.context, p, args.reduction,
+                              ctc_resolve_backend(p, args.backend),
+                              outputs.losses.empty() ? nullptr : outputs.losses.data());
+    }
+#endif
     const size_t bytes = ctc_workspace_bytes(args);
     const std::unique_ptr<unsigned char[]> workspace(new unsigned char[bytes]);
     return ctc_loss(args, outputs, workspace.get(), bytes);

@@ -2,19 +2,32 @@
 
 // A whole trainable sequence model: LSTM stack -> dense layer -> loss, updated by Adam. This is
 // the training step Braun 2018 timed, and what the bench and the training tests run, so that a
-// step is the same code everywhere and only the LSTM variant differs.
+// step is the same code everywhere and only the LSTM variant differs. On Device::cuda every
+// tensor of the step lives in device memory and every call is queued on the layer's
+// cuda::Context: the host batch is copied in, then LSTM, pooling, dense (cuBLAS), loss and Adam
+// run on the device; only the loss value comes back.
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/buffer.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/loss/cross_entropy.hpp"
 #include "lstm/loss/ctc.hpp"
 #include "lstm/nn/dense.hpp"
 #include "lstm/nn/optim.hpp"
 #include "lstm/nn/sequence.hpp"
+
+#if LSTM_WITH_CUDA
+#include <memory>
+
+#include "lstm/nn/dense_cuda.hpp"
+#include "lstm/nn/sequence_cuda.hpp"
+#endif
 
 namespace lstm::nn {
 
@@ -23,6 +36,8 @@ enum class Head {
     ce_last_step,    // dense + softmax cross-entropy on each sequence's last valid step
     ce_every_frame,  // dense + softmax cross-entropy on every valid frame
     ctc,             // dense on every frame + CTC (blank 0, PyTorch's mean), Braun's speech task
+    ce_mean_pool,    // dense + softmax cross-entropy on the mean of each sequence's valid outputs
+                     // (Bahrampour's IMDB sentiment model)
 };
 
 struct ModelConfig {
@@ -36,44 +51,75 @@ struct ModelConfig {
 template <typename T>
 class SequenceModel {
 public:
-    // Parameters are initialised as PyTorch would, from `seed`.
+    // Parameters are initialised as PyTorch would, from `seed`, on the host, so a seed gives the
+    // same model on every device. A cuda model owns its cuda::Context (the LSTM layer's).
     SequenceModel(const ModelConfig& config, std::string_view variant, Device device = Device::cpu,
                   uint64_t seed = 0)
         : config_(config),
           lstm_(config.lstm, variant, device),
           dense_(config.lstm.output_size(), checked_classes(config.classes), config.dense_bias),
-          adam_(config.adam) {
+          adam_(config.adam),
+          x_(device),
+          lengths_(device),
+          features_(device),
+          dfeatures_(device),
+          logits_(device),
+          dlogits_(device),
+          dy_(device) {
         lstm_.reset_parameters(seed);
         dense_.reset_parameters(seed + 1);
-        adam_.add(lstm_.parameters(), lstm_.gradients());
-        adam_.add(dense_.parameters(), dense_.gradients());
+        if (device == Device::cpu) {
+            adam_.add(lstm_.parameters(), lstm_.gradients());
+            adam_.add(dense_.parameters(), dense_.gradients());
+            return;
+        }
+#if LSTM_WITH_CUDA
+        cuda::Context& context = *lstm_.context();
+        dense_cuda_ = std::make_unique<DenseCuda<T>>(dense_.in_features(), dense_.out_features(),
+                                                     dense_.has_bias(), context);
+        dense_cuda_->load_parameters(std::as_const(dense_).parameters());
+        adam_.add(lstm_.parameters().view(), lstm_.gradients().view(), &context);
+        adam_.add(dense_cuda_->parameters(), dense_cuda_->gradients(), &context);
+#endif
     }
 
     // One training step: zero the gradients, forward, batch-mean loss, backward, Adam update.
-    // x (T, N, I) host; lengths (N) host or empty for all T; targets: (N) class indices for
-    // ce_last_step, (T * N) time-major for ce_every_frame, the labels of all sequences
-    // concatenated for ctc, with target_lengths (N) saying how many belong to each (ctc only).
-    // Returns the loss before the update.
+    // x (T, N, I) on the host (on cuda it is copied to the device inside the step, as Braun's GPU
+    // timing includes; a view already on cuda is used in place); lengths (N) host or empty for
+    // all T; targets (host): (N) class indices for ce_last_step and ce_mean_pool, (T * N)
+    // time-major for ce_every_frame, the labels of all sequences concatenated for ctc, with
+    // target_lengths (N) saying how many belong to each (ctc only).
+    // Returns the loss before the update (on cuda this waits for the loss; the update is queued).
     T train_step(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                  Span<const int64_t> target_lengths = {}) {
+        const T loss = compute_gradients(x, lengths, targets, target_lengths);
+        adam_.step();
+        return loss;
+    }
+
+    // train_step without the update: zero the gradients, training forward, batch-mean loss,
+    // backward, leaving the gradient of every parameter in lstm().gradients() and
+    // dense().gradients() (dense_cuda().gradients() on cuda; what Bahrampour 2016 timed as
+    // "gradient computation"). Arguments and result as train_step.
+    T compute_gradients(TensorView<const T> x, Span<const int64_t> lengths,
+                        Span<const int64_t> targets, Span<const int64_t> target_lengths = {}) {
         lstm_.zero_grad();
-        dense_.zero_grad();
+        zero_dense_grad();
         const T loss = forward_loss(x, lengths, targets, target_lengths, true);
         const TensorView<const T> y = lstm_.y();
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
-        resize(dy_, seq_len * batch * width);
-        const TensorView<T> dy(dy_.data(), {seq_len, batch, width});
-        if (config_.head == Head::ce_last_step) {
-            const TensorView<T> dfeatures(dfeatures_.data(), {batch, width});
-            dense_.backward(features_view(batch), dlogits_view(batch), dfeatures);
-            scatter_last_step(TensorView<const T>(dfeatures), lengths, dy);
+        const TensorView<T> dy = view(dy_, {seq_len, batch, width});
+        if (per_sequence_head()) {
+            const TensorView<T> dfeatures = view(dfeatures_, {batch, width});
+            dense_backward(view(features_, {batch, width}), view(dlogits_, {batch, classes()}),
+                           dfeatures);
+            unpool(dfeatures, lengths, dy);
         } else {
-            const TensorView<const T> y_rows(y.data(), {seq_len * batch, width});
-            dense_.backward(y_rows, dlogits_view(seq_len * batch),
-                            TensorView<T>(dy_.data(), {seq_len * batch, width}));
+            const int64_t rows = seq_len * batch;
+            dense_backward(TensorView<const T>(y.data(), {rows, width}, y.device()),
+                           view(dlogits_, {rows, classes()}), view(dy_, {rows, width}));
         }
         lstm_.backward(dy, {}, {}, /*compute_dx=*/false);  // x is data: no gradient wanted
-        adam_.step();
         return loss;
     }
 
@@ -84,8 +130,24 @@ public:
         return forward_loss(x, lengths, targets, target_lengths, false);
     }
 
+    Device device() const { return lstm_.device(); }
     LstmT<T>& lstm() { return lstm_; }
-    Dense<T>& dense() { return dense_; }
+    const LstmT<T>& lstm() const { return lstm_; }
+    // The host dense layer, which holds the trained head on cpu. On cuda it only seeded the
+    // device layer (dense_cuda()), so asking for it there is an error rather than stale values.
+    Dense<T>& dense() { return checked_host_dense(); }
+    const Dense<T>& dense() const { return const_cast<SequenceModel*>(this)->checked_host_dense(); }
+#if LSTM_WITH_CUDA
+    // The device dense layer of a cuda model.
+    DenseCuda<T>& dense_cuda() {
+        check(dense_cuda_ != nullptr, "SequenceModel::dense_cuda: the model runs on ",
+              to_string(device()), "; use dense()");
+        return *dense_cuda_;
+    }
+#endif
+    // The optimizer over the LSTM and dense buffers (set_lr for a schedule; step() is what
+    // train_step adds to compute_gradients).
+    Adam<T>& optimizer() { return adam_; }
     const ModelConfig& config() const { return config_; }
 
 private:
@@ -93,34 +155,63 @@ private:
         check(classes >= 1, "ModelConfig.classes must be >= 1, got ", classes);
         return classes;
     }
+    int64_t classes() const { return config_.classes; }
+
+    Dense<T>& checked_host_dense() {
+        check(device() == Device::cpu,
+              "SequenceModel::dense: the model runs on cuda, where the trained head is "
+              "dense_cuda() (dense() only seeded it)");
+        return dense_;
+    }
 
     T forward_loss(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                    Span<const int64_t> target_lengths, bool training) {
+        const TensorView<const T> x_on_device = stage_input(x);
         const TensorView<const T> y =
-            training ? lstm_.forward(x, lengths) : lstm_.infer(x, lengths);
+            training ? lstm_.forward(x_on_device, lengths) : lstm_.infer(x_on_device, lengths);
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
-        const int64_t classes = config_.classes;
-        if (config_.head == Head::ce_last_step) {
-            resize(features_, batch * width);
-            resize(dfeatures_, batch * width);
-            resize(logits_, batch * classes);
-            resize(dlogits_, batch * classes);
-            gather_last_step(y, lengths, TensorView<T>(features_.data(), {batch, width}));
-            const TensorView<T> logits(logits_.data(), {batch, classes});
-            dense_.forward(features_view(batch), logits);
-            return loss::cross_entropy(TensorView<const T>(logits), targets, loss::Reduction::mean,
-                                       dlogits_view(batch));
+        if (per_sequence_head()) {
+            const TensorView<T> features = view(features_, {batch, width});
+            const TensorView<T> logits = view(logits_, {batch, classes()});
+            reserve(dfeatures_, batch * width);
+            reserve(dlogits_, batch * classes());
+            pool(y, lengths, features);
+            dense_forward(features, logits);
+            return cross_entropy(logits, targets, view(dlogits_, {batch, classes()}));
         }
         const int64_t rows = seq_len * batch;
-        resize(logits_, rows * classes);
-        resize(dlogits_, rows * classes);
-        dense_.forward(TensorView<const T>(y.data(), {rows, width}),
-                       TensorView<T>(logits_.data(), {rows, classes}));
+        const TensorView<T> logits = view(logits_, {rows, classes()});
+        reserve(dlogits_, rows * classes());
+        dense_forward(TensorView<const T>(y.data(), {rows, width}, y.device()), logits);
         if (config_.head == Head::ctc)
             return ctc_loss(seq_len, batch, lengths, targets, target_lengths);
-        return loss::cross_entropy_frames(
-            TensorView<const T>(logits_.data(), {seq_len, batch, classes}), lengths, targets,
-            loss::Reduction::mean, TensorView<T>(dlogits_.data(), {seq_len, batch, classes}));
+        return cross_entropy_frames(view(logits_, {seq_len, batch, classes()}), lengths, targets,
+                                    view(dlogits_, {seq_len, batch, classes()}));
+    }
+
+    // The batch on the model's device: a host batch of a cuda model is copied into x_ (ordered
+    // on the context's stream, waited for, so the caller may reuse its memory at once).
+    TensorView<const T> stage_input(TensorView<const T> x) {
+        if (x.device() == device()) return x;
+        check(x.device() == Device::cpu, "SequenceModel: x lives on ", to_string(x.device()),
+              " but the model runs on ", to_string(device()));
+        check(x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", x.shape_string());
+        reserve(x_, x.numel());
+        x_.copy_from(x.data(), Device::cpu, bytes_of(x.numel()), lstm_.context());
+        return TensorView<const T>(x_.template as<T>(), {x.size(0), x.size(1), x.size(2)},
+                                   device());
+    }
+
+    // Softmax cross-entropy, batch mean, of logits (M, C) on the model's device; writes dlogits.
+    T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets, TensorView<T> grad) {
+        return loss::cross_entropy(logits, targets, loss::Reduction::mean, grad, TensorView<T>(),
+                                   lstm_.context());
+    }
+    // The per-frame form over logits (T, N, C); padded frames get zero gradient.
+    T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
+                           Span<const int64_t> targets, TensorView<T> grad) {
+        return loss::cross_entropy_frames(logits, lengths, targets, loss::Reduction::mean, grad,
+                                          TensorView<T>(), lstm_.context());
     }
 
     // CTC over the logits (T, N, C) of every frame; writes dlogits. Padded frames get zero
@@ -132,34 +223,135 @@ private:
             lengths = Span<const int64_t>(full_lengths_);
         }
         loss::CtcArgs<T> args;
-        args.logits = TensorView<const T>(logits_.data(), {seq_len, batch, config_.classes});
+        args.logits = view(logits_, {seq_len, batch, classes()});
         args.targets = TensorView<const int64_t>(targets.data, {targets.size});
         args.input_lengths = lengths;
         args.target_lengths = target_lengths;
         args.blank = 0;
         args.reduction = loss::Reduction::mean;
         loss::CtcOutputs<T> out;
-        out.grad_logits = TensorView<T>(dlogits_.data(), {seq_len, batch, config_.classes});
+        out.grad_logits = view(dlogits_, {seq_len, batch, classes()});
+        if (device() == Device::cuda) {
+            args.context = lstm_.context();
+            return loss::ctc_loss(args, out);
+        }
         const size_t bytes = loss::ctc_workspace_bytes(args);
         return loss::ctc_loss(args, out, ctc_workspace_.reserve(bytes), bytes);
     }
 
-    TensorView<const T> features_view(int64_t batch) const {
-        return TensorView<const T>(features_.data(), {batch, config_.lstm.output_size()});
+    // Heads that classify one vector per sequence.
+    bool per_sequence_head() const {
+        return config_.head == Head::ce_last_step || config_.head == Head::ce_mean_pool;
     }
-    TensorView<T> dlogits_view(int64_t rows) {
-        return TensorView<T>(dlogits_.data(), {rows, config_.classes});
+
+    // y (T, N, F) -> features (N, F) overwritten, on the model's device: the last valid step or
+    // the mean.
+    void pool(TensorView<const T> y, Span<const int64_t> lengths, TensorView<T> features) {
+        const bool mean = config_.head == Head::ce_mean_pool;
+        if (device() == Device::cpu) {
+            if (mean)
+                mean_pool_steps(y, lengths, features);
+            else
+                gather_last_step(y, lengths, features);
+            return;
+        }
+#if LSTM_WITH_CUDA
+        const int64_t* len = device_lengths(lengths, y.size(0), y.size(1));
+        if (mean)
+            detail::mean_pool_steps_cuda<T>(*lstm_.context(), y.size(0), y.size(1), y.size(2), len,
+                                            y.data(), features.data());
+        else
+            detail::gather_last_step_cuda<T>(*lstm_.context(), y.size(0), y.size(1), y.size(2), len,
+                                             y.data(), features.data());
+#endif
     }
-    static void resize(std::vector<T>& v, size_t n) {
-        if (v.size() != n) v.resize(n);
+
+    // The adjoint of pool: dfeatures (N, F) -> dy (T, N, F) overwritten, on the model's device.
+    void unpool(TensorView<const T> dfeatures, Span<const int64_t> lengths, TensorView<T> dy) {
+        const bool mean = config_.head == Head::ce_mean_pool;
+        if (device() == Device::cpu) {
+            if (mean)
+                scatter_mean_pool(dfeatures, lengths, dy);
+            else
+                scatter_last_step(dfeatures, lengths, dy);
+            return;
+        }
+#if LSTM_WITH_CUDA
+        const int64_t* len = device_lengths(lengths, dy.size(0), dy.size(1));
+        if (mean)
+            detail::scatter_mean_pool_cuda<T>(*lstm_.context(), dy.size(0), dy.size(1), dy.size(2),
+                                              len, dfeatures.data(), dy.data());
+        else
+            detail::scatter_last_step_cuda<T>(*lstm_.context(), dy.size(0), dy.size(1), dy.size(2),
+                                              len, dfeatures.data(), dy.data());
+#endif
+    }
+
+#if LSTM_WITH_CUDA
+    // The lengths (N, host, validated here) as the pooling kernels read them: null when every
+    // sequence is full (no copy), else a device copy in lengths_, uploaded once per distinct
+    // batch (a training loop that reuses its batch, as Braun's does, copies nothing per step).
+    const int64_t* device_lengths(Span<const int64_t> lengths, int64_t steps, int64_t batch) {
+        detail::check_sequence_lengths("SequenceModel", lengths, steps, batch);
+        bool all_full = true;
+        for (int64_t v : lengths) all_full = all_full && v == steps;
+        if (all_full) return nullptr;
+        const bool same = uploaded_lengths_.size() == static_cast<size_t>(lengths.size) &&
+                          std::equal(lengths.begin(), lengths.end(), uploaded_lengths_.begin());
+        if (!same) {
+            lengths_.reserve(static_cast<size_t>(lengths.size) * sizeof(int64_t));
+            lengths_.copy_from(lengths.data, Device::cpu,
+                               static_cast<size_t>(lengths.size) * sizeof(int64_t),
+                               lstm_.context());
+            uploaded_lengths_.assign(lengths.begin(), lengths.end());
+        }
+        return lengths_.template as<int64_t>();
+    }
+#endif
+
+    // x (M, in) -> y (M, out) overwritten, on the model's device.
+    void dense_forward(TensorView<const T> x, TensorView<T> y) {
+        if (device() == Device::cpu) return dense_.forward(x, y);
+#if LSTM_WITH_CUDA
+        dense_cuda_->forward(x, y);
+#endif
+    }
+    // Adds the dense gradients; dx (M, in) overwritten; on the model's device.
+    void dense_backward(TensorView<const T> x, TensorView<const T> dy, TensorView<T> dx) {
+        if (device() == Device::cpu) return dense_.backward(x, dy, dx);
+#if LSTM_WITH_CUDA
+        dense_cuda_->backward(x, dy, dx);
+#endif
+    }
+    void zero_dense_grad() {
+        if (device() == Device::cpu) return dense_.zero_grad();
+#if LSTM_WITH_CUDA
+        dense_cuda_->zero_grad();
+#endif
+    }
+
+    static size_t bytes_of(int64_t elements) { return static_cast<size_t>(elements) * sizeof(T); }
+    // Grows a work buffer to `elements` (never shrinks: steady-state steps allocate nothing).
+    static void reserve(Buffer& b, int64_t elements) { b.reserve(bytes_of(elements)); }
+    // A view of a work buffer with `shape`, grown to fit, tagged with the model's device.
+    TensorView<T> view(Buffer& b, std::initializer_list<int64_t> shape) {
+        int64_t elements = 1;
+        for (int64_t s : shape) elements *= s;
+        reserve(b, elements);
+        TensorView<T> out(b.template as<T>(), shape, device());
+        return out;
     }
 
     ModelConfig config_;
-    LstmT<T> lstm_;
+    LstmT<T> lstm_;  // owns the cuda::Context of a cuda model; declared first, destroyed last
     Dense<T> dense_;
+#if LSTM_WITH_CUDA
+    std::unique_ptr<DenseCuda<T>> dense_cuda_;  // cuda only
+#endif
     Adam<T> adam_;
-    std::vector<T> features_, dfeatures_, logits_, dlogits_, dy_;
-    std::vector<int64_t> full_lengths_;
+    Buffer x_, lengths_;  // cuda: the staged batch and the device copy of its lengths
+    Buffer features_, dfeatures_, logits_, dlogits_, dy_;
+    std::vector<int64_t> full_lengths_, uploaded_lengths_;
     lstm::detail::AlignedBuffer ctc_workspace_;
 };
 

@@ -2,15 +2,24 @@
 
 // Optimizers over flat (parameter, gradient) buffer pairs with torch.optim's update rules, so a
 // model trained here follows the same trajectory as in PyTorch (up to rounding). Buffers live on
-// the host; the optimizer only reads the gradients, which belong to whoever registered them.
+// the host or on a CUDA device (each pair in one memory space, its optimizer state next to it);
+// the optimizer only reads the gradients, which belong to whoever registered them. The
+// per-element update is the one kernels/cuda/optim.hpp defines for both the CPU loop and the CUDA
+// kernel.
 
 #include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/optim.hpp"
+#include "lstm/buffer.hpp"
 #include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
+
+#if LSTM_WITH_CUDA
+#include "lstm/nn/optim_cuda.hpp"
+#endif
 
 namespace lstm::nn {
 
@@ -26,6 +35,38 @@ inline void check_buffer_pair(const char* fn, int64_t params_size, const void* p
           params_size, "; they must match");
     check(params_size == 0 || (params_data != nullptr && grads_data != nullptr), fn,
           ": params or grads has no data for ", params_size, " elements");
+}
+
+// Checks a device-tagged pair: same memory space, and a context for cuda (ordering the updates on
+// its stream); returns the device.
+template <typename T>
+Device check_device_pair(const char* fn, const TensorView<T>& params,
+                         const TensorView<const T>& grads, const cuda::Context* context) {
+    check_buffer_pair(fn, params.numel(), params.data(), grads.numel(), grads.data());
+    check(params.device() == grads.device(), fn, ": params is on ", to_string(params.device()),
+          " but grads is on ", to_string(grads.device()), "; they must share a device");
+    check(params.device() == Device::cpu || context != nullptr, fn,
+          ": buffers on cuda need the lstm::cuda::Context that orders their updates, got null");
+    return params.device();
+}
+
+// A registered (parameter, gradient) pair and where its update runs.
+template <typename T>
+struct OptimTarget {
+    T* params;
+    const T* grads;
+    int64_t size;
+    Device device;
+    cuda::Context* context;  // cuda only
+};
+
+// An optimizer state buffer of `count` elements next to the parameters, zeroed once.
+template <typename T>
+Buffer zeroed_state(const OptimTarget<T>& target, int64_t count) {
+    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+    Buffer out(target.device, bytes);
+    out.zero(bytes, target.context);
+    return out;
 }
 
 }  // namespace detail
@@ -62,9 +103,15 @@ public:
     // used) here, once, so that step() never allocates. Both buffers must outlive the optimizer.
     void add(Span<T> params, Span<const T> grads) {
         detail::check_buffer_pair("Sgd::add", params.size, params.data, grads.size, grads.data);
-        Entry entry{params, grads, {}, false};
-        if (options_.momentum != 0) entry.momentum.assign(static_cast<size_t>(params.size), T(0));
-        entries_.push_back(std::move(entry));
+        add_target({params.data, grads.data, params.size, Device::cpu, nullptr});
+    }
+
+    // Registers a buffer pair on the device its views are tagged with, params (n) and grads (n);
+    // the momentum buffer is allocated there. On cuda, `context` orders every update on its
+    // stream (step() does not wait) and must outlive the optimizer, as must both buffers.
+    void add(TensorView<T> params, TensorView<const T> grads, cuda::Context* context = nullptr) {
+        const Device device = detail::check_device_pair("Sgd::add", params, grads, context);
+        add_target({params.data(), grads.data(), params.numel(), device, context});
     }
 
     // Updates every registered buffer once from its current gradients.
@@ -83,36 +130,40 @@ public:
 
 private:
     struct Entry {
-        Span<T> params;
-        Span<const T> grads;
-        std::vector<T> momentum;
-        bool started;  // PyTorch seeds the momentum buffer with the first step's d, undamped
+        detail::OptimTarget<T> target;
+        Buffer momentum;  // next to the parameters; empty without momentum
+        bool started;     // PyTorch seeds the momentum buffer with the first step's d, undamped
     };
 
+    void add_target(const detail::OptimTarget<T>& target) {
+        const int64_t state = options_.momentum != 0 ? target.size : 0;
+        entries_.push_back(Entry{target, detail::zeroed_state(target, state), false});
+    }
+
     void step_entry(Entry& e) {
-        const int64_t n = e.params.size;
-        T* p = e.params.data;
-        const T* g = e.grads.data;
-        const T lr = static_cast<T>(options_.lr);
-        const T wd = static_cast<T>(options_.weight_decay);
-        const T mu = static_cast<T>(options_.momentum);
-        const T keep = static_cast<T>(1.0 - options_.dampening);
-        const bool use_momentum = options_.momentum != 0, nesterov = options_.nesterov;
-        const bool first = !e.started;
-        T* buf = use_momentum ? e.momentum.data() : nullptr;
+        kernels::SgdCoefficients<T> c;
+        c.lr = static_cast<T>(options_.lr);
+        c.weight_decay = static_cast<T>(options_.weight_decay);
+        c.momentum = static_cast<T>(options_.momentum);
+        c.keep = static_cast<T>(1.0 - options_.dampening);
+        c.use_momentum = options_.momentum != 0;
+        c.nesterov = options_.nesterov;
+        c.first = !e.started;
+        const int64_t n = e.target.size;
+        T* p = e.target.params;
+        const T* g = e.target.grads;
+        T* buf = c.use_momentum ? e.momentum.template as<T>() : nullptr;
+        e.started = true;
+        if (e.target.device == Device::cuda) {
+#if LSTM_WITH_CUDA
+            detail::sgd_step_cuda<T>(*e.target.context, n, p, g, buf, c);
+#endif
+            return;
+        }
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n >= detail::kOptimParallelMin)
 #endif
-        for (int64_t i = 0; i < n; ++i) {
-            T d = g[i];
-            if (wd != T(0)) d += wd * p[i];
-            if (use_momentum) {
-                buf[i] = first ? d : mu * buf[i] + keep * d;
-                d = nesterov ? d + mu * buf[i] : buf[i];
-            }
-            p[i] -= lr * d;
-        }
-        e.started = true;
+        for (int64_t i = 0; i < n; ++i) kernels::sgd_element(i, p, g, buf, c);
     }
 
     SgdOptions options_;
@@ -155,9 +206,15 @@ public:
     // one per parameter. Both buffers must outlive the optimizer.
     void add(Span<T> params, Span<const T> grads) {
         detail::check_buffer_pair("Adam::add", params.size, params.data, grads.size, grads.data);
-        const auto n = static_cast<size_t>(params.size);
-        entries_.push_back(
-            Entry{params, grads, std::vector<T>(n, T(0)), std::vector<T>(n, T(0)), 0});
+        add_target({params.data, grads.data, params.size, Device::cpu, nullptr});
+    }
+
+    // Registers a buffer pair on the device its views are tagged with, params (n) and grads (n);
+    // the moment buffers are allocated there. On cuda, `context` orders every update on its
+    // stream (step() does not wait) and must outlive the optimizer, as must both buffers.
+    void add(TensorView<T> params, TensorView<const T> grads, cuda::Context* context = nullptr) {
+        const Device device = detail::check_device_pair("Adam::add", params, grads, context);
+        add_target({params.data(), grads.data(), params.numel(), device, context});
     }
 
     // Updates every registered buffer once from its current gradients.
@@ -176,40 +233,37 @@ public:
 
 private:
     struct Entry {
-        Span<T> params;
-        Span<const T> grads;
-        std::vector<T> exp_avg;     // m
-        std::vector<T> exp_avg_sq;  // v
+        detail::OptimTarget<T> target;
+        Buffer exp_avg;     // m, next to the parameters
+        Buffer exp_avg_sq;  // v
         int64_t steps;
     };
 
+    void add_target(const detail::OptimTarget<T>& target) {
+        entries_.push_back(Entry{target, detail::zeroed_state(target, target.size),
+                                 detail::zeroed_state(target, target.size), 0});
+    }
+
     void step_entry(Entry& e) {
         e.steps += 1;
-        const double s = static_cast<double>(e.steps);
-        const double correction1 = 1.0 - std::pow(options_.beta1, s);
-        const double correction2 = 1.0 - std::pow(options_.beta2, s);
-        const T step_size = static_cast<T>(options_.lr / correction1);
-        const T correction2_sqrt = static_cast<T>(std::sqrt(correction2));
-        const T one_minus_beta1 = static_cast<T>(1.0 - options_.beta1);
-        const T beta2 = static_cast<T>(options_.beta2);
-        const T one_minus_beta2 = static_cast<T>(1.0 - options_.beta2);
-        const T eps = static_cast<T>(options_.eps);
-        const T wd = static_cast<T>(options_.weight_decay);
-        const int64_t n = e.params.size;
-        T* p = e.params.data;
-        const T* g = e.grads.data;
-        T* m = e.exp_avg.data();
-        T* v = e.exp_avg_sq.data();
+        const kernels::AdamCoefficients<T> c =
+            kernels::adam_coefficients<T>(options_.lr, options_.beta1, options_.beta2, options_.eps,
+                                          options_.weight_decay, e.steps);
+        const int64_t n = e.target.size;
+        T* p = e.target.params;
+        const T* g = e.target.grads;
+        T* m = e.exp_avg.template as<T>();
+        T* v = e.exp_avg_sq.template as<T>();
+        if (e.target.device == Device::cuda) {
+#if LSTM_WITH_CUDA
+            detail::adam_step_cuda<T>(*e.target.context, n, p, g, m, v, c);
+#endif
+            return;
+        }
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n >= detail::kOptimParallelMin)
 #endif
-        for (int64_t i = 0; i < n; ++i) {
-            T d = g[i];
-            if (wd != T(0)) d += wd * p[i];
-            m[i] += one_minus_beta1 * (d - m[i]);
-            v[i] = beta2 * v[i] + one_minus_beta2 * d * d;
-            p[i] -= step_size * (m[i] / (std::sqrt(v[i]) / correction2_sqrt + eps));
-        }
+        for (int64_t i = 0; i < n; ++i) kernels::adam_element(i, p, g, m, v, c);
     }
 
     AdamOptions options_;

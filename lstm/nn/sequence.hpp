@@ -1,8 +1,8 @@
 #pragma once
 
 // Moving between a padded, time-major sequence batch and one vector per sequence: the last valid
-// step feeds a per-sequence head (classification on the final output), and its gradient goes back
-// to that step alone.
+// step (Braun's classifiers) or the mean over the valid steps (Bahrampour's IMDB sentiment model)
+// feeds a per-sequence head, and each has its adjoint that sends the head's gradient back.
 
 #include <algorithm>
 #include <cstdint>
@@ -85,6 +85,67 @@ void scatter_last_step(TensorView<const T> dout, Span<const int64_t> lengths, Te
 template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
 void scatter_last_step(TensorView<T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
     scatter_last_step<T>(TensorView<const T>(dout), lengths, dy);
+}
+
+// out[n, :] = (1 / len_n) * sum over t < len_n of y[t, n, :], len_n = lengths[n] (or T when
+// lengths is empty); padded steps are never read. y (T, N, F) time-major, out (N, F) overwritten,
+// both host, row-major. Sums over t in order, then scales by 1 / len_n.
+template <typename T>
+void mean_pool_steps(TensorView<const T> y, Span<const int64_t> lengths, TensorView<T> out) {
+    constexpr const char* fn = "mean_pool_steps";
+    check(y.rank() == 3, fn, ": y must have rank 3 (T, N, F), got shape ", y.shape_string());
+    const int64_t steps = y.size(0), batch = y.size(1), features = y.size(2);
+    detail::check_sequence_host(y, fn, "y");
+    detail::check_sequence_host(out, fn, "out");
+    check_shape(out, "mean_pool_steps: out", {batch, features});
+    detail::check_sequence_lengths(fn, lengths, steps, batch);
+    for (int64_t n = 0; n < batch; ++n) {
+        const int64_t len = lengths.empty() ? steps : lengths[n];
+        const T scale = static_cast<T>(1.0 / static_cast<double>(len));
+        T* dst = out.data() + n * features;
+        std::fill(dst, dst + features, T(0));
+        // Step-major: every step's row is contiguous.
+        for (int64_t t = 0; t < len; ++t) {
+            const T* src = y.data() + (t * batch + n) * features;
+            for (int64_t f = 0; f < features; ++f) dst[f] += src[f];
+        }
+        for (int64_t f = 0; f < features; ++f) dst[f] *= scale;
+    }
+}
+
+// Same for a mutable y, so that callers need not spell out the const view.
+template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
+void mean_pool_steps(TensorView<T> y, Span<const int64_t> lengths, TensorView<T> out) {
+    mean_pool_steps<T>(TensorView<const T>(y), lengths, out);
+}
+
+// The adjoint of mean_pool_steps: dy[t, n, :] = dout[n, :] / len_n for t < len_n, zero at padded
+// steps. dout (N, F), dy (T, N, F) time-major and overwritten, both host, row-major; lengths (N)
+// each in 1..T, or empty for all T.
+template <typename T>
+void scatter_mean_pool(TensorView<const T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
+    constexpr const char* fn = "scatter_mean_pool";
+    check(dy.rank() == 3, fn, ": dy must have rank 3 (T, N, F), got shape ", dy.shape_string());
+    const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
+    detail::check_sequence_host(dout, fn, "dout");
+    detail::check_sequence_host(dy, fn, "dy");
+    check_shape(dout, "scatter_mean_pool: dout", {batch, features});
+    detail::check_sequence_lengths(fn, lengths, steps, batch);
+    for (int64_t n = 0; n < batch; ++n) {
+        const int64_t len = lengths.empty() ? steps : lengths[n];
+        const T scale = static_cast<T>(1.0 / static_cast<double>(len));
+        const T* src = dout.data() + n * features;
+        for (int64_t t = 0; t < steps; ++t) {
+            T* dst = dy.data() + (t * batch + n) * features;
+            for (int64_t f = 0; f < features; ++f) dst[f] = t < len ? src[f] * scale : T(0);
+        }
+    }
+}
+
+// Same for a mutable dout, so that callers need not spell out the const view.
+template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
+void scatter_mean_pool(TensorView<T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
+    scatter_mean_pool<T>(TensorView<const T>(dout), lengths, dy);
 }
 
 }  // namespace lstm::nn

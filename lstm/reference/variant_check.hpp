@@ -5,6 +5,7 @@
 // element (lstm/reference/tolerance.hpp has the rule).
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,11 +37,16 @@ struct VariantResult {
     std::vector<double> y, hn, cn, dx, dh0, dc0, dparams;
 };
 
-// Runs training forward then backward of `variant` in precision T. dparams starts as
-// `dparams_before` (to observe accumulation) or zeros.
+// Training forward of `variant` in precision T on `c`, then one backward call per entry of
+// `parts`, all with the same arguments and reserve. dparams starts as `dparams_before` (or
+// zeros); a data call gets an empty dparams view unless `data_sees_dparams` (the interface allows
+// both; the data part must not touch it either way). dx, dh0, dc0 start as NaN, so a call that
+// should write them and does not shows up in any comparison.
 template <typename T>
-VariantResult run_variant(const Variant& variant, const LstmCase& c,
-                          const std::vector<double>& dparams_before = {}) {
+VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
+                                const std::vector<BackwardPart>& parts,
+                                const std::vector<double>& dparams_before = {},
+                                bool data_sees_dparams = false) {
     const Config& cfg = c.in.config;
     const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
     const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
@@ -50,8 +56,9 @@ VariantResult run_variant(const Variant& variant, const LstmCase& c,
     auto h0 = detail::cast_all<T>(c.in.h0), c0 = detail::cast_all<T>(c.in.c0);
     auto dy = detail::cast_all<T>(c.out_grads.dy);
     auto dhn = detail::cast_all<T>(c.out_grads.dhn), dcn = detail::cast_all<T>(c.out_grads.dcn);
+    const T nan = std::numeric_limits<T>::quiet_NaN();
     std::vector<T> y(seq_len * batch * cfg.output_size()), hn(cells * batch * hidden),
-        cn(hn.size()), dx(x.size()), dh0(hn.size()), dc0(hn.size());
+        cn(hn.size()), dx(x.size(), nan), dh0(hn.size(), nan), dc0(hn.size(), nan);
     std::vector<T> dparams = dparams_before.empty() ? std::vector<T>(params.size(), T(0))
                                                     : detail::cast_all<T>(dparams_before);
     lstm::detail::AlignedBuffer workspace, reserve;
@@ -91,12 +98,17 @@ VariantResult run_variant(const Variant& variant, const LstmCase& c,
     b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
     b.dh0 = state_view(dh0);
     b.dc0 = state_view(dc0);
-    b.dparams = TensorView<T>(dparams.data(), {int64_t(dparams.size())});
     b.workspace = workspace.data();
     b.workspace_size = ws_bytes;
     b.reserve = reserve.data();
     b.reserve_size = rs_bytes;
-    variant.backward(cfg, b);
+    for (BackwardPart part : parts) {
+        b.part = part;
+        const bool with_dparams = part != BackwardPart::data || data_sees_dparams;
+        b.dparams = with_dparams ? TensorView<T>(dparams.data(), {int64_t(dparams.size())})
+                                 : TensorView<T>();
+        variant.backward(cfg, b);
+    }
 
     VariantResult r;
     r.y = detail::cast_all<double>(y);
@@ -109,14 +121,20 @@ VariantResult run_variant(const Variant& variant, const LstmCase& c,
     return r;
 }
 
-// Runs `variant` in precision T on `c` (training forward, then backward) and compares y, hn, cn,
-// dx, dh0, dc0 and dparams with the reference under lstm_rtol(). Returns why it disagrees (the
-// worst element) or std::nullopt.
+// Runs training forward then one whole backward (BackwardPart::all) of `variant` in precision T.
+// dparams starts as `dparams_before` (to observe accumulation) or zeros.
 template <typename T>
-std::optional<std::string> check_variant(const Variant& variant, const LstmCase& c) {
-    const VariantResult got = run_variant<T>(variant, c);
-    const LstmOutputs want = lstm_forward(c.in);
-    const LstmInputGrads want_grads = lstm_backward(c.in, c.out_grads);
+VariantResult run_variant(const Variant& variant, const LstmCase& c,
+                          const std::vector<double>& dparams_before = {}) {
+    return run_variant_parts<T>(variant, c, {BackwardPart::all}, dparams_before);
+}
+
+// Compares `got` with the reference under lstm_rtol(); `label` prefixes the verdict. Returns why
+// it disagrees (the worst element) or std::nullopt.
+template <typename T>
+std::optional<std::string> check_result(const VariantResult& got, const LstmCase& c,
+                                        const LstmOutputs& want, const LstmInputGrads& want_grads,
+                                        const std::string& label) {
     const DType dt = dtype_of<T>();
     const double fwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::forward);
     const double bwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::backward);
@@ -130,8 +148,17 @@ std::optional<std::string> check_variant(const Variant& variant, const LstmCase&
         check_close("dparams", got.dparams, want_grads.dparams, bwd),
     };
     for (const auto& why : verdicts)
-        if (why) return why;
+        if (why) return label + *why;
     return std::nullopt;
+}
+
+// Runs `variant` in precision T on `c` (training forward, then backward) and compares y, hn, cn,
+// dx, dh0, dc0 and dparams with the reference under lstm_rtol(). Returns why it disagrees (the
+// worst element) or std::nullopt.
+template <typename T>
+std::optional<std::string> check_variant(const Variant& variant, const LstmCase& c) {
+    return check_result<T>(run_variant<T>(variant, c), c, lstm_forward(c.in),
+                           lstm_backward(c.in, c.out_grads), "");
 }
 
 }  // namespace lstm::reference

@@ -4,6 +4,12 @@
 // recurrent) and then separate, unfused element-wise passes; backward is the same loop reversed
 // (full BPTT) with per-step weight-gradient GEMMs. It is the baseline the papers call "basic",
 // and the easiest place to try a change to the cell.
+//
+// Split backward (BackwardPart): the backward passes write each step's dgates over the activated
+// gates in the reserve (in place: every element is read before it is written), so `data` leaves
+// them there and `weights` replays the per-step weight GEMMs from them, rebuilding h_{t-1} from
+// the reserve and h0. Steps run in the same order as in `all`, which does those GEMMs inside its
+// loop, so the gradients are the same bits either way.
 
 #include <algorithm>
 #include <cstring>
@@ -26,7 +32,7 @@ struct Workspace {
     T* x_sorted;  // (T, N, I) the layer-0 input, sorted
     T* ping;      // (T, N, W) W = max(I, D*H): inference layer output / backward dy of a layer
     T* pong;      // (T, N, W) the other half of the ping-pong pair
-    T* gates;     // (N, 4H) one step's gates (inference) or dgates (backward)
+    T* gates;     // (N, 4H) inference: one step's gates
     T* h;         // (N, H) running h (forward) / gradient carried into h_{t-1} (backward)
     T* c;         // (N, H) running c (forward) / gradient carried into c_{t-1} (backward)
     T* h_prev;    // (N, H) backward: h_{t-1} of the active rows
@@ -41,7 +47,8 @@ struct Workspace {
 template <typename T>
 struct Reserve {
     T* out;    // (L, T, N, D*H) every layer's output
-    T* gates;  // (L*D, T, N, 4H) activated gates of every cell
+    T* gates;  // (L*D, T, N, 4H) activated gates of every cell; backward overwrites them with
+               // dgates (valid rows of each step)
     T* cell;   // (L*D, T, N, H) c_t of every cell
 };
 
@@ -139,15 +146,30 @@ public:
                                     ws.batch.active, args.y.data());
     }
 
+    // Backward of the matching training forward; args.part picks the time loop (data), the
+    // weight GEMMs (weights) or both (all).
     void backward(const BackwardArgs<T>& args) const {
+        const bool data = args.part != BackwardPart::weights;
+        const bool weights = args.part != BackwardPart::data;
         detail::Carver ws_carve(args.workspace);
         Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
         detail::Carver rs_carve(args.reserve);
         const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
-        kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
-                                   ws.batch.order, ws.batch.active, ws.x_sorted);
+        // The layer-0 input is only a partner of the input-weight gradient.
+        if (weights)
+            kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
+                                       ws.batch.order, ws.batch.active, ws.x_sorted);
         const int64_t hidden = config_.hidden_size, out_width = config_.output_size();
+        auto layer_input = [&](int64_t l) -> const T* {
+            return l == 0 ? ws.x_sorted : rs.out + (l - 1) * seq_len_ * batch_ * out_width;
+        };
+        if (!data) {
+            for (int64_t l = 0; l < config_.num_layers; ++l)
+                for (int64_t d = 0; d < config_.num_directions(); ++d)
+                    weight_grads_cell(args, l, d, ws, rs, layer_input(l));
+            return;
+        }
         // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
         T* d_out = ws.ping;
         T* d_in = ws.pong;
@@ -157,12 +179,11 @@ public:
             const int64_t in_width = config_.layer_input_size(l);
             const bool want_d_in = l > 0 || !args.dx.empty();
             if (want_d_in) std::fill(d_in, d_in + seq_len_ * batch_ * in_width, T(0));
-            const T* layer_in =
-                l == 0 ? ws.x_sorted : rs.out + (l - 1) * seq_len_ * batch_ * out_width;
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
                 const int64_t cell = l * config_.num_directions() + d;
                 const int64_t state = cell * batch_ * hidden;
-                backward_cell(args, l, d, ws, rs, layer_in, d_out, want_d_in ? d_in : nullptr);
+                backward_cell(args, l, d, ws, rs, layer_input(l), d_out, want_d_in ? d_in : nullptr,
+                              weights);
                 if (!args.dh0.empty())
                     kernels::cpu::scatter_rows(ws.h, batch_, hidden, ws.batch.order,
                                                args.dh0.data() + state);
@@ -210,11 +231,12 @@ private:
     }
 
     // Backward of one direction of one layer: reads d_out (this layer's output gradient), adds
-    // into d_in (this layer's input gradient, when wanted) and into dparams. Leaves the gradient
-    // w.r.t. the initial state in ws.h / ws.c.
+    // into d_in (this layer's input gradient, when wanted), leaves every step's dgates in the
+    // reserve and, when `weights`, adds the weight gradients into dparams step by step. Leaves
+    // the gradient w.r.t. the initial state in ws.h / ws.c.
     void backward_cell(const BackwardArgs<T>& args, int64_t layer, int64_t direction,
                        const Workspace<T>& ws, const Reserve<T>& rs, const T* layer_in,
-                       const T* d_out, T* d_in) const {
+                       const T* d_out, T* d_in, bool weights) const {
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
         const int64_t in_width = config_.layer_input_size(layer);
@@ -223,13 +245,11 @@ private:
         const int64_t state = cell * batch_ * hidden;
         const CellOffsets p = cell_offsets(config_, layer, direction);
         const T* params = args.params.data();
-        T* grads = args.dparams.data();
-        const T* gates_all = rs.gates + cell * seq_len_ * batch_ * gates_width;
+        T* gates_all = rs.gates + cell * seq_len_ * batch_ * gates_width;
         const T* cell_all = rs.cell + cell * seq_len_ * batch_ * hidden;
-        const T* out = rs.out + layer * seq_len_ * batch_ * out_width + direction * hidden;
 
         // Initial states rebuild h_{t-1}/c_{t-1} of each sequence's first step.
-        gather_initial(args.h0, state, ws, ws.h_init);
+        if (weights) gather_initial(args.h0, state, ws, ws.h_init);
         gather_initial(args.c0, state, ws, ws.c_init);
         kernels::cpu::gather_rows(args.dhn.empty() ? nullptr : args.dhn.data() + state, batch_,
                                   hidden, ws.batch.order, ws.h);
@@ -239,32 +259,65 @@ private:
             const int64_t t = step_time(s, seq_len_, direction);
             const int64_t rows = ws.batch.active[t];
             const int64_t step = t * batch_;
-            const T* gates = gates_all + step * gates_width;
+            T* gates = gates_all + step * gates_width;  // activated gates in, dgates out
             const T* c = cell_all + step * hidden;
-            // h_{t-1} and c_{t-1} of the active rows.
+            // c_{t-1} of the active rows.
             const int64_t tp = s > 0 ? step_time(s - 1, seq_len_, direction) : 0;
             const int64_t rows_prev = s > 0 ? ws.batch.active[tp] : 0;
-            previous_state(ws.h_init, out + tp * batch_ * out_width, out_width, rows_prev, rows,
-                           hidden, ws.h_prev);
             previous_state(ws.c_init, cell_all + tp * batch_ * hidden, hidden, rows_prev, rows,
                            hidden, ws.c_prev);
             kernels::cpu::add_output_grad(ws.h, d_out + step * out_width + direction * hidden,
                                           out_width, rows, hidden, ws.dh);
-            kernels::cpu::hidden_backward(gates, c, ws.dh, ws.c, rows, hidden, ws.gates, ws.dc);
-            kernels::cpu::cell_backward_pass(gates, ws.c_prev, ws.dc, rows, hidden, ws.gates, ws.c);
+            kernels::cpu::hidden_backward(gates, c, ws.dh, ws.c, rows, hidden, gates, ws.dc);
+            kernels::cpu::cell_backward_pass(gates, ws.c_prev, ws.dc, rows, hidden, gates, ws.c);
             // Gradient into h_{t-1} for the active rows; inactive rows keep their carry.
-            gemm(false, false, rows, hidden, gates_width, T(1), ws.gates, gates_width,
+            gemm(false, false, rows, hidden, gates_width, T(1), gates, gates_width,
                  params + p.weight_hh, hidden, T(0), ws.h, hidden);
-            gemm(true, false, gates_width, hidden, rows, T(1), ws.gates, gates_width, ws.h_prev,
-                 hidden, T(1), grads + p.weight_hh, hidden);
-            gemm(true, false, gates_width, in_width, rows, T(1), ws.gates, gates_width,
-                 layer_in + step * in_width, in_width, T(1), grads + p.weight_ih, in_width);
-            kernels::cpu::add_column_sums(ws.gates, rows, gates_width, grads + p.bias_ih);
-            kernels::cpu::add_column_sums(ws.gates, rows, gates_width, grads + p.bias_hh);
+            if (weights) step_weight_grads(args, layer, direction, s, ws, rs, layer_in);
             if (d_in)
-                gemm(false, false, rows, in_width, gates_width, T(1), ws.gates, gates_width,
+                gemm(false, false, rows, in_width, gates_width, T(1), gates, gates_width,
                      params + p.weight_ih, in_width, T(1), d_in + step * in_width, in_width);
         }
+    }
+
+    // BackwardPart::weights for one direction of one layer: the per-step weight GEMMs of
+    // backward_cell, in its step order, from the dgates the data part left in the reserve.
+    void weight_grads_cell(const BackwardArgs<T>& args, int64_t layer, int64_t direction,
+                           const Workspace<T>& ws, const Reserve<T>& rs, const T* layer_in) const {
+        const int64_t cell = layer * config_.num_directions() + direction;
+        gather_initial(args.h0, cell * batch_ * config_.hidden_size, ws, ws.h_init);
+        for (int64_t s = seq_len_ - 1; s >= 0; --s)
+            step_weight_grads(args, layer, direction, s, ws, rs, layer_in);
+    }
+
+    // Step s of one cell: ADDS dgates^T h_{t-1} into dW_hh, dgates^T x_t into dW_ih and the
+    // column sums of dgates into both biases (dparams, PyTorch layout, host). dgates (rows, 4H)
+    // is the reserve's, h_{t-1} comes from the reserve's outputs and ws.h_init (this cell's h0,
+    // sorted), x_t (rows, in) from layer_in (T, N, in) sorted.
+    void step_weight_grads(const BackwardArgs<T>& args, int64_t layer, int64_t direction, int64_t s,
+                           const Workspace<T>& ws, const Reserve<T>& rs, const T* layer_in) const {
+        using kernels::cpu::gemm;
+        const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
+        const int64_t in_width = config_.layer_input_size(layer);
+        const int64_t out_width = config_.output_size();
+        const int64_t cell = layer * config_.num_directions() + direction;
+        const CellOffsets p = cell_offsets(config_, layer, direction);
+        T* grads = args.dparams.data();
+        const int64_t t = step_time(s, seq_len_, direction);
+        const int64_t rows = ws.batch.active[t];
+        const int64_t step = t * batch_;
+        const T* dgates = rs.gates + (cell * seq_len_ * batch_ + step) * gates_width;
+        const T* out = rs.out + layer * seq_len_ * batch_ * out_width + direction * hidden;
+        const int64_t tp = s > 0 ? step_time(s - 1, seq_len_, direction) : 0;
+        const int64_t rows_prev = s > 0 ? ws.batch.active[tp] : 0;
+        previous_state(ws.h_init, out + tp * batch_ * out_width, out_width, rows_prev, rows, hidden,
+                       ws.h_prev);
+        gemm(true, false, gates_width, hidden, rows, T(1), dgates, gates_width, ws.h_prev, hidden,
+             T(1), grads + p.weight_hh, hidden);
+        gemm(true, false, gates_width, in_width, rows, T(1), dgates, gates_width,
+             layer_in + step * in_width, in_width, T(1), grads + p.weight_ih, in_width);
+        kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_ih);
+        kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_hh);
     }
 
     // dst (N, H) sorted <- the h0 or c0 slice of this cell (zeros when omitted).
@@ -289,6 +342,9 @@ public:
     std::optional<std::string> supports(const Config&, DType) const override {
         return std::nullopt;
     }
+    // The data part leaves every step's dgates in the reserve; the weights part replays the
+    // per-step GEMMs from them (see the top of this file).
+    std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
     size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                            int64_t batch) const override {

@@ -27,6 +27,12 @@
 // as zero. Without it a loss on the last step of a long sequence lets the backward gradients
 // decay into denormals, and the microcode assists they cost made Braun's CE-long step ~5x slower.
 //
+// Split backward (BackwardPart): the time loop of a cell already leaves its dgates in the reserve
+// (over the activated gates) and its bias gradient in a small reserve slot, and the weight
+// gradients are GEMMs over those after the loop; `data` stops before the GEMMs, `weights` runs
+// only them (re-gathering the layer-0 input and h0, which live in the workspace). `all` runs a
+// cell's GEMMs right after its loop, so the three give the same bits.
+//
 // Determinism: results are bit-identical run to run for a fixed thread count. On the avx512
 // path they are also identical for any thread count (every output element is summed in the same
 // order whatever the split); the eigen path does not promise that (Eigen picks its blocking
@@ -150,6 +156,8 @@ struct Reserve {
     T* out;    // (L, S, D*H) every layer's output
     T* gates;  // (L*D, S, G) activated gates, interleaved; backward overwrites them with dgates
     T* cell;   // (L*D, S, Hp) c_t
+    T* dbias;  // (L*D, G) backward: each cell's bias gradient, from the data part to the weights
+               // part (the forward leaves it alone)
 };
 
 template <typename T>
@@ -178,7 +186,6 @@ Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_
     w.kern.w_ih_bwd = carve.take<T>(sizes.w_ih_bwd);
     w.kern.dh = carve.take<T>(sizes.dh);
     w.kern.dw = carve.take<T>(sizes.dw);
-    w.kern.bias_grad = carve.take<T>(sizes.bias_grad);
     w.kern.a_pack = carve.take<T>(sizes.a_pack);
     return w;
 }
@@ -192,6 +199,7 @@ Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t se
     r.out = carve.take<T>(config.num_layers * rows * config.output_size());
     r.gates = carve.take<T>(config.num_cells() * rows * lay.gate_cols);
     r.cell = carve.take<T>(config.num_cells() * rows * lay.hidden_padded);
+    r.dbias = carve.take<T>(config.num_cells() * lay.gate_cols);
     return r;
 }
 
@@ -383,18 +391,29 @@ private:
         }
     }
 
-    // Everything a backward does, run by every thread of the team.
+    // Everything a backward does, run by every thread of the team. The data part walks the
+    // layers top-down (each layer's d(input) feeds the one below) and leaves every cell's dgates
+    // and bias gradient in the reserve; the weights part reads them (weights_team). `all` runs a
+    // cell's weight GEMMs right after its time loop, while its dgates are the freshest data.
     void backward_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
                        const K& kern) const {
+        const bool data = args.part != BackwardPart::weights;
+        const bool weights = args.part != BackwardPart::data;
         const BlockRange own =
             kernels::cpu::block_range(lay_.blocks, omp_get_thread_num(), omp_get_num_threads());
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size(), rows = rows_total(ws);
         const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
         const BlockRange steps = my_share(seq_len_);
-        kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
-                                     ws.batch.active, ws.offsets, steps.begin, steps.end,
-                                     ws.x_sorted, x_stride(config_));
+        // The layer-0 input is only a partner of the input-weight gradient.
+        if (weights)
+            kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
+                                         ws.batch.active, ws.offsets, steps.begin, steps.end,
+                                         ws.x_sorted, x_stride(config_));
+        if (!data) {
+            weights_team(args, ws, rs, kern, own);
+            return;
+        }
         // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
         T* d_out = ws.ping;
         T* d_in = ws.pong;
@@ -402,11 +421,8 @@ private:
                                      ws.batch.active, ws.offsets, steps.begin, steps.end, d_out,
                                      out_width);
         const T* params = args.params.data();
-        T* grads = args.dparams.data();
         for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
             const int64_t in = config_.layer_input_size(l);
-            const T* layer_in = l == 0 ? ws.x_sorted : rs.out + (l - 1) * rows * out_width;
-            const int64_t ld_in = l == 0 ? x_stride(config_) : out_width;
             const T* layer_out = rs.out + l * rows * out_width;
             const bool want_d_in = l > 0 || !args.dx.empty();
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
@@ -415,6 +431,7 @@ private:
                 const CellOffsets p = cell_offsets(config_, l, d);
                 T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
                 const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
+                T* dbias = rs.dbias + cell * gc;
                 // Other threads may still read the packed weights or the states of the previous
                 // cell (dx, weight gradients): wait before overwriting them.
 #pragma omp barrier
@@ -423,22 +440,20 @@ private:
                     kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + state, batch_,
                                                      hidden, ws.batch.order, u0, u1, dst, hp);
                 };
-                gather(args.h0, ws.h_init);
                 gather(args.c0, ws.c_init);
                 gather(args.dhn, ws.dhn);
                 gather(args.dcn, ws.dc_run);
-                std::fill(ws.kern.bias_grad + u0 * 4, ws.kern.bias_grad + u1 * 4, T(0));
-                if (omp_get_thread_num() == 0) make_h_runs(ws, d, layer_out);
+                std::fill(dbias + u0 * 4, dbias + u1 * 4, T(0));
+                if (weights) {
+                    gather(args.h0, ws.h_init);
+                    if (omp_get_thread_num() == 0) make_h_runs(ws, d, layer_out);
+                }
 #pragma omp barrier
                 for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                    backward_step(ws, d, s, gates, cells, d_out, kern, own);
+                    backward_step(ws, d, s, gates, cells, dbias, d_out, kern, own);
 #pragma omp barrier
                 }
-                const RowRun<T> x_run{0, rows, layer_in, ld_in};
-                kern.weight_grads(gates, &x_run, 1, ws.runs, h_run_count_, in, grads + p.weight_ih,
-                                  grads + p.weight_hh, own);
-                kernels::cpu::add_bias_grads(ws.kern.bias_grad, lay_, own, grads + p.bias_ih,
-                                             grads + p.bias_hh);
+                if (weights) cell_weight_grads(args, ws, rs, l, d, kern, own);
                 write_state_grads(args, ws, state, u0, u1);
                 if (want_d_in) kern.input_grads(gates, my_share(rows), in, d_in, in, d > 0);
             }
@@ -451,11 +466,55 @@ private:
                                           steps.end, args.dx.data());
     }
 
+    // BackwardPart::weights: every cell's weight and bias gradients from what the data part left
+    // in the reserve. The workspace did not survive the data call, so the layer-0 input (the
+    // caller gathers it) and each cell's h0 are gathered again; everything else is in the reserve.
+    void weights_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
+                      const K& kern, BlockRange own) const {
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded;
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const int64_t rows = rows_total(ws), out_width = config_.output_size();
+        for (int64_t l = 0; l < config_.num_layers; ++l)
+            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                const int64_t state = (l * config_.num_directions() + d) * batch_ * hidden;
+                // Other threads may still read the previous cell's h0 rows and runs.
+#pragma omp barrier
+                kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
+                                                 batch_, hidden, ws.batch.order, u0, u1, ws.h_init,
+                                                 hp);
+                if (omp_get_thread_num() == 0) make_h_runs(ws, d, rs.out + l * rows * out_width);
+#pragma omp barrier
+                cell_weight_grads(args, ws, rs, l, d, kern, own);
+            }
+    }
+
+    // Weight and bias gradients of cell (l, d), rows of the own blocks, ADDED into dparams
+    // (PyTorch layout, host): dgates (S, G) and the bias gradient (G) come from the reserve, the
+    // partners from the layer input (x_sorted or the layer below's output) and the h runs that
+    // make_h_runs built for this cell (needs a barrier after it).
+    void cell_weight_grads(const BackwardArgs<T>& args, const Workspace<T>& ws,
+                           const Reserve<T>& rs, int64_t l, int64_t d, const K& kern,
+                           BlockRange own) const {
+        const int64_t gc = lay_.gate_cols, rows = rows_total(ws);
+        const int64_t out_width = config_.output_size(), in = config_.layer_input_size(l);
+        const int64_t cell = l * config_.num_directions() + d;
+        const T* layer_in = l == 0 ? ws.x_sorted : rs.out + (l - 1) * rows * out_width;
+        const int64_t ld_in = l == 0 ? x_stride(config_) : out_width;
+        const CellOffsets p = cell_offsets(config_, l, d);
+        T* grads = args.dparams.data();
+        const RowRun<T> x_run{0, rows, layer_in, ld_in};
+        kern.weight_grads(rs.gates + cell * seq_len_ * batch_ * gc, &x_run, 1, ws.runs,
+                          h_run_count_, in, grads + p.weight_ih, grads + p.weight_hh, own);
+        kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
+                                     grads + p.bias_hh);
+    }
+
     // Backward step s of direction d (s = -1: only the initial-state gradient of the first
     // step). Rows of this step split where the carry source changes (gradient from the next
     // step, or dhn for a sequence's last step) and where c_{t-1} does (previous step, or c0).
+    // dbias (G) gets this step's dgates ADDED (own columns).
     void backward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, const T* cells,
-                       const T* d_out, const K& kern, BlockRange own) const {
+                       T* dbias, const T* d_out, const K& kern, BlockRange own) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size();
         const int64_t t = s >= 0 ? step_time(s, seq_len_, d) : 0;
@@ -483,7 +542,7 @@ private:
                 seg.c = cells + (row + a) * hp;
                 seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : ws.c_init + a * hp;
                 seg.dc = ws.dc_run + a * hp;
-                seg.bias_grad = ws.kern.bias_grad;
+                seg.bias_grad = dbias;
                 kern.backward_step(seg, own);
             }
         }
@@ -551,6 +610,8 @@ public:
     std::optional<std::string> supports(const Config&, DType) const override {
         return std::nullopt;
     }
+    // Backward splits at the seam it always had (time loop, then weight GEMMs over all steps).
+    std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
     size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                            int64_t batch) const override {

@@ -475,6 +475,13 @@ public:
             "lengths), so hn/cn and the reverse direction would be wrong for shorter sequences; "
             "pass equal lengths or use 'basic', 'fused' or 'cudnn'");
     }
+    std::optional<std::string> supports_split_backward() const override {
+        return std::string(
+            "oneDNN's LSTM backward is one primitive that computes the data gradients "
+            "(diff_src_layer/iter) and the weight gradients (diff_weights_layer/iter, diff_bias) "
+            "in a single execute, with no way to run either alone; use 'basic' or 'fused' for "
+            "BackwardPart::data / weights");
+    }
 
     // The largest of what a training forward, an inference forward and a backward need: our
     // converted weights, states and oneDNN's scratchpad. Builds (and caches) the plan.

@@ -13,12 +13,14 @@
 #include "lstm/loss/ctc.hpp"
 #include "lstm/loss/reduction.hpp"
 #include "tools/lstm_tool/cli.hpp"
+#include "tools/lstm_tool/device_buffer.hpp"
 
 namespace lstm::tool {
 
 inline const char* ctc_help() {
     return R"(usage: lstm_tool ctc --inputs X.safetensors --out O.safetensors [--blank B]
                      [--reduction none|sum|mean] [--zero-infinity] [--device cpu|cuda]
+                     [--backend own|cudnn|automatic]
 
 Computes the CTC loss of the tensors in X with torch.nn.functional.ctc_loss's semantics and its
 gradient, and writes both to O. T frames, N samples, C classes (blank included).
@@ -45,7 +47,10 @@ options:
   --reduction R        none, sum or mean (default mean: PyTorch's, each loss divided by its
                        target length, then averaged over the batch)
   --zero-infinity      infeasible samples contribute 0 instead of +inf
-  --device DEV         cpu (default); cuda is not available for CTC yet
+  --device DEV         cpu (default) or cuda
+  --backend B          with --device cuda: own (default: this library's kernel, double
+                       alpha/beta like the cpu), cudnn (cuDNN's CTC, float; an error where it
+                       does not apply) or automatic (cuDNN where it applies, as ctc_loss picks)
   --help               this text
 )";
 }
@@ -56,6 +61,8 @@ struct CtcRequest {
     loss::Reduction reduction = loss::Reduction::mean;
     bool zero_infinity = false;
     Device device = Device::cpu;
+    // The tool checks numbers, so by default it runs the kernel with the cpu's accuracy.
+    loss::CtcBackend backend = loss::CtcBackend::own;
 };
 
 // Runs the request on tensors already read; `T` is the compute type (the input's dtype).
@@ -69,8 +76,6 @@ io::TensorFile run_ctc(const CtcRequest& req, const io::TensorFile& inputs) {
     check(unknown.empty(), inputs.source,
           ": tensors the ctc command does not read: ", io::detail::join_limited(unknown),
           " (it reads logits or log_probs, targets, input_lengths, target_lengths)");
-    check(req.device == Device::cpu,
-          "ctc: --device cuda is not available: lstm::loss::ctc_loss runs on the cpu only");
 
     const bool logits = inputs.contains("logits");
     const io::Tensor& input = inputs.at(logits ? "logits" : "log_probs");
@@ -91,8 +96,14 @@ io::TensorFile run_ctc(const CtcRequest& req, const io::TensorFile& inputs) {
     const std::vector<int64_t> target_lengths = target_lengths_t.integers();
 
     const int64_t frames = input.shape[0], batch = input.shape[1], classes = input.shape[2];
+    // The input and the outputs live on the requested device; targets and lengths stay host.
+    const DeviceContext device_context(req.device);
+    cuda::Context* ctx = device_context.get();
+    const DeviceBuffer input_d = DeviceBuffer::upload(req.device, values, ctx);
     loss::CtcArgs<T> args;
-    const TensorView<const T> input_view(values.data(), {frames, batch, classes});
+    args.context = ctx;
+    const TensorView<const T> input_view(input_d.as<const T>(), {frames, batch, classes},
+                                         req.device);
     (logits ? args.logits : args.log_probs) = input_view;
     args.targets =
         targets_t.rank() == 2
@@ -105,17 +116,21 @@ io::TensorFile run_ctc(const CtcRequest& req, const io::TensorFile& inputs) {
     args.blank = req.blank;
     args.reduction = req.reduction;
     args.zero_infinity = req.zero_infinity;
+    args.backend = req.backend;
 
-    std::vector<T> grad(values.size()), losses(static_cast<size_t>(batch));
+    DeviceBuffer grad_d(req.device, sizeof(T) * values.size(), ctx);
+    DeviceBuffer losses_d(req.device, sizeof(T) * static_cast<size_t>(batch), ctx);
     loss::CtcOutputs<T> outputs;
-    const TensorView<T> grad_view(grad.data(), {frames, batch, classes});
+    const TensorView<T> grad_view(grad_d.as<T>(), {frames, batch, classes}, req.device);
     (logits ? outputs.grad_logits : outputs.grad_log_probs) = grad_view;
-    outputs.losses = TensorView<T>(losses.data(), {batch});
+    outputs.losses = TensorView<T>(losses_d.as<T>(), {batch}, req.device);
     const T reduced = loss::ctc_loss(args, outputs);
+    const std::vector<T> grad = grad_d.download<T>(), losses = losses_d.download<T>();
 
     io::TensorFile out;
     out.metadata = {{"lstm_tool", "ctc"},
                     {"input", logits ? "logits" : "log_probs"},
+                    {"device", to_string(req.device)},
                     {"blank", std::to_string(req.blank)},
                     {"reduction", loss::to_string(req.reduction)},
                     {"zero_infinity", req.zero_infinity ? "true" : "false"}};
@@ -133,7 +148,8 @@ inline int ctc_command(const std::vector<std::string>& args, std::ostream& out) 
                                                 {"blank", true},
                                                 {"reduction", true},
                                                 {"zero-infinity", false},
-                                                {"device", true}});
+                                                {"device", true},
+                                                {"backend", true}});
     if (parsed.help) {
         out << ctc_help();
         return kExitOk;
@@ -164,6 +180,15 @@ inline int ctc_command(const std::vector<std::string>& args, std::ostream& out) 
         throw UsageError("--reduction must be none, sum or mean, got '" + reduction + "'");
     req.zero_infinity = parsed.flags.count("zero-infinity") != 0;
     req.device = parse_device(parsed.value("device").value_or("cpu"));
+    const std::string backend = parsed.value("backend").value_or("own");
+    if (backend == "own")
+        req.backend = loss::CtcBackend::own;
+    else if (backend == "cudnn")
+        req.backend = loss::CtcBackend::cudnn;
+    else if (backend == "automatic")
+        req.backend = loss::CtcBackend::automatic;
+    else
+        throw UsageError("--backend must be own, cudnn or automatic, got '" + backend + "'");
 
     const io::TensorFile inputs = read_input_file("--inputs", req.inputs_path);
     const bool logits = inputs.contains("logits"), log_probs = inputs.contains("log_probs");

@@ -1,0 +1,26 @@
+#pragma once
+
+// Registers the DeepBench LSTM kernel cases (BENCHMARKS.md section 3) for every CPU variant:
+// deepbench/H:<H>/N:<N>/T:<T>/<fwd|bwd_data|bwd_weights>/cpu/<variant>/threads:K.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flags.hpp"
+
+namespace lstm::bench {
+
+// DeepBench's LSTM training sizes used here (BENCHMARKS.md section 3): one layer,
+// unidirectional, input size = H, every sequence of length T. The cuda cases
+// (bench/cuda_bench.cpp) use the same table.
+struct DeepBenchShape {
+    int64_t hidden, batch, seq_len;
+};
+const std::vector<DeepBenchShape>& deepbench_shapes();
+// "H:512/N:16/T:25", the shape's part of a case name.
+std::string deepbench_shape_name(const DeepBenchShape& s);
+
+void register_deepbench_cases(const BenchFlags& flags);
+
+}  // namespace lstm::bench

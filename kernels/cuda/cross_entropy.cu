@@ -1,0 +1,75 @@
+// The CUDA softmax cross-entropy: __global__ wrappers around the bodies in
+// kernels/cuda/cross_entropy_body.hpp (which the CPU tests run over the same grid) and the
+// launcher. One warp per row; the loss sum is a second, single-block kernel with a fixed
+// reduction order, so the result is bit-identical run to run (no atomics).
+
+#include "kernels/cuda/cross_entropy.hpp"
+
+namespace lstm::kernels::cuda {
+
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename T>
+__device__ T warp_max(T v) {
+    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
+        v = loss_max(v, __shfl_xor_sync(kFullMask, v, offset));
+    return v;
+}
+
+// Butterfly: all lanes end with the same sum (a + b == b + a in IEEE arithmetic).
+template <typename T>
+__device__ T warp_sum(T v) {
+    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(kFullMask, v, offset);
+    return v;
+}
+
+template <typename T>
+__global__ void cross_entropy_rows_kernel(CeArgs<T> a) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpLanes;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kCeRowWarps + threadIdx.x / kWarpLanes;
+    // Whole warps leave together, so the shuffles always see all 32 lanes.
+    if (row >= a.rows) return;
+    T max = T(0), sum = T(1);  // unused for invalid rows
+    if (ce_row_valid(a, row)) {
+        max = warp_max(ce_lane_max(a, row, lane));
+        sum = warp_sum(ce_lane_sum(a, row, lane, max));
+    }
+    ce_lane_finish(a, row, lane, max, sum);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kCeTotalThreads) cross_entropy_total_kernel(CeArgs<T> a) {
+    __shared__ double partial[kCeTotalThreads];
+    const int64_t thread = threadIdx.x;
+    ce_total_partial(a, thread, kCeTotalThreads, partial);
+    __syncthreads();
+    for (int64_t stride = kCeTotalThreads / 2; stride > 0; stride /= 2) {
+        tree_sum_step(partial, thread, stride);
+        __syncthreads();
+    }
+    if (thread == 0) *a.total = partial[0];
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t launch_cross_entropy(const CeArgs<T>& a, cudaStream_t stream) {
+    if (a.rows > 0) {
+        const int64_t blocks = (a.rows + kCeRowWarps - 1) / kCeRowWarps;
+        cross_entropy_rows_kernel<T>
+            <<<static_cast<unsigned>(blocks), static_cast<unsigned>(kCeRowWarps * kWarpLanes), 0,
+               stream>>>(a);
+        const cudaError_t status = cudaGetLastError();
+        if (status != cudaSuccess) return status;
+    }
+    cross_entropy_total_kernel<T><<<1, static_cast<unsigned>(kCeTotalThreads), 0, stream>>>(a);
+    return cudaGetLastError();
+}
+
+template cudaError_t launch_cross_entropy<float>(const CeArgs<float>&, cudaStream_t);
+template cudaError_t launch_cross_entropy<double>(const CeArgs<double>&, cudaStream_t);
+
+}  // namespace lstm::kernels::cuda

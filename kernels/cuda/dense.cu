@@ -1,0 +1,56 @@
+// The dense layer's small device kernels: grid-stride loops around kernels/cuda/dense.hpp.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/dense.hpp"
+
+namespace lstm::kernels::cuda {
+
+namespace {
+
+// Memory-bound writes: 256 threads per block, a capped grid that loops over larger tensors.
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
+
+unsigned blocks_for(int64_t n) {
+    return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+template <typename T>
+__global__ void broadcast_bias_kernel(int64_t total, int64_t out_features, const T* bias, T* y) {
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+        broadcast_bias_element(i, out_features, bias, y);
+}
+
+template <typename T>
+__global__ void fill_kernel(int64_t count, T value, T* v) {
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
+        fill_element(i, value, v);
+}
+
+}  // namespace
+
+template <typename T>
+void launch_broadcast_bias(int64_t rows, int64_t out_features, const T* bias, T* y, void* stream) {
+    const int64_t total = rows * out_features;
+    if (total == 0) return;
+    broadcast_bias_kernel<T>
+        <<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(total, out_features, bias, y);
+}
+
+template <typename T>
+void launch_fill(int64_t count, T value, T* v, void* stream) {
+    if (count == 0) return;
+    fill_kernel<T><<<blocks_for(count), kThreads, 0, cudaStream_t(stream)>>>(count, value, v);
+}
+
+template void launch_broadcast_bias<float>(int64_t, int64_t, const float*, float*, void*);
+template void launch_broadcast_bias<double>(int64_t, int64_t, const double*, double*, void*);
+template void launch_fill<float>(int64_t, float, float*, void*);
+template void launch_fill<double>(int64_t, double, double*, void*);
+
+}  // namespace lstm::kernels::cuda

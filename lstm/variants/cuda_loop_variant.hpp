@@ -1,0 +1,48 @@
+#pragma once
+
+// The CUDA `basic` and `fused` variants as one class template over the loop style: both run the
+// shared time loop of lstm/variants/cuda_common.hpp and differ only in its LoopStyle, so the
+// Variant plumbing is written once. lstm/variants/cuda_basic.hpp and cuda_fused.hpp name them and
+// say what each style does. Declared here without CUDA headers; run_forward / run_backward live
+// in cuda_loop_variant.cpp (lstm_cuda), instantiated for both styles.
+//
+// Precision: float and double (cublasSgemm / cublasDgemm; the kernels are templates).
+
+#include <optional>
+#include <string>
+
+#include "lstm/variants/cuda_common.hpp"
+
+namespace lstm::cuda {
+
+template <LoopStyle Style>
+class LoopVariant final : public Variant {
+public:
+    const char* name() const override { return to_string(Style); }
+    Device device() const override { return Device::cuda; }
+
+    std::optional<std::string> supports(const Config&, DType) const override {
+        return std::nullopt;
+    }
+    // The data part leaves every frame's dgates in the reserve; the weights part computes the
+    // weight gradients from them (basic: replaying its per-step GEMMs in the order of
+    // BackwardPart::all, so the same bits; fused: the GEMMs over all steps).
+    std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
+
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                           int64_t batch) const override {
+        return workspace_size(config, dtype, seq_len, batch);
+    }
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                         int64_t batch) const override {
+        return reserve_size(config, dtype, seq_len, batch);
+    }
+
+protected:
+    void run_forward(const Config& config, const ForwardArgs<float>& args) const override;
+    void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
+    void run_backward(const Config& config, const BackwardArgs<float>& args) const override;
+    void run_backward(const Config& config, const BackwardArgs<double>& args) const override;
+};
+
+}  // namespace lstm::cuda

@@ -1,0 +1,122 @@
+#pragma once
+
+// `cudnn` (cuda): the vendor reference on the GPU. cuDNN 9's RNN API runs the whole recurrence
+// (cudnnRNNForward, cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8) with the STANDARD
+// algorithm, FMA math in fp32 (no TF32) and default math in fp64, two biases, padded I/O with
+// per-sequence lengths. This header declares; lstm/variants/cudnn.cpp (in lstm_cuda) defines,
+// so nothing here needs a CUDA or cuDNN header. Registered only when LSTM_WITH_CUDNN is 1.
+//
+// How PyTorch's LSTM maps onto cuDNN's:
+// - Data: our x (T, N, I) and y (T, N, D*H) are cuDNN's CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED
+//   layout as they are, with the per-sequence lengths in the data descriptors; h0/c0/hn/cn
+//   (L*D, N, H) are cuDNN's hx/cx/hy/cy. Padded positions of y and dx are zeroed here after
+//   the cuDNN call (one cudaMemset2DAsync per shorter sequence, none for full batches): cuDNN
+//   documents its padding fill (0, set on the data descriptors) for forward outputs only, and
+//   the zeroing keeps the padded-output contract from resting on that.
+// - Parameters: cuDNN keeps its own weight space. Every call copies our flat buffer into it
+//   through the addresses cudnnGetRNNWeightParams reports (checked against the shapes our
+//   layout implies; lstm/variants/cudnn_weights.hpp has the mapping), merged into as few
+//   device-to-device copies as the reported layout allows: 4 per (layer, direction) when cuDNN
+//   keeps its 4 input matrices, 4 recurrent matrices and each 4 biases together (what PyTorch's
+//   binding relies on), fewer where they sit back to back as in our buffer, 16 at worst;
+//   forward copies once, backward-data once, backward-weights twice (in and out; tests/gpu
+//   prints the count). Weight gradients: our dparams is copied into
+//   a dweight space, cudnnRNNBackwardWeights_v8 adds into it (CUDNN_WGRAD_MODE_ADD) and the sum
+//   is copied back, which is exactly our accumulate-into-dparams contract.
+// - Backward splits as cuDNN's does: BackwardPart::data runs backward-data (dx, dh0, dc0),
+//   BackwardPart::weights runs backward-weights and must follow it (it reads what backward-data
+//   left in the reserve).
+//
+// Memory: the workspace holds cuDNN's weight space, cuDNN's workspace and a (T, N, I) dx for
+// backward calls that give none; the reserve holds cuDNN's training reserve space. Their sizes
+// are cuDNN's answers for (config, dtype, T, N) with every sequence of length T. Since
+// workspace_bytes() and reserve_bytes() get no Context, the variant asks cuDNN through a handle
+// of its own, created on the current device at the first query and kept for the life of the
+// process (never destroyed: the CUDA runtime may already be gone when static objects are), and
+// remembers each answer (a map lookup under a mutex afterwards, no allocation). Without a CUDA
+// device both throw lstm::Error saying so. Each call checks that what cuDNN asks for its actual
+// lengths, on the context's device, fits what was carved, and throws naming the buffer if not.
+//
+// Caching: per Context, one plan per (config, dtype) (RNN and dropout descriptors, the weight
+// mapping) and one per (config, dtype, T, N) (data and state descriptors, a device copy of the
+// lengths, the padded tails). Lengths are not part of the key, so a training loop whose batches
+// change lengths keeps one plan per shape: when a call's lengths differ from the previous call's
+// on that plan, it re-describes the data and queues the new lengths (from pinned host memory)
+// on the stream; the host then first waits until the stream has consumed the previous upload
+// (so it runs at most about one call ahead). Steady-state calls allocate nothing (cuDNN's own
+// host-side bookkeeping inside its calls aside).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lstm/variant.hpp"
+#include "lstm/variants/cudnn_weights.hpp"
+
+namespace lstm::cuda {
+
+class CudnnVariant final : public Variant {
+public:
+    CudnnVariant();
+    ~CudnnVariant() override;
+    CudnnVariant(const CudnnVariant&) = delete;
+    CudnnVariant& operator=(const CudnnVariant&) = delete;
+
+    const char* name() const override { return "cudnn"; }
+    Device device() const override { return Device::cuda; }
+    std::optional<std::string> supports(const Config& config, DType dtype) const override;
+    std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
+
+    // Both ask cuDNN (see the file comment); they throw lstm::Error when no CUDA device is
+    // visible or supports() objects.
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                           int64_t batch) const override;
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                         int64_t batch) const override;
+
+    // cuDNN's sizes for (config, dtype, T, N) with every sequence of length T, as the variant's
+    // own handle reports them; what workspace_bytes() and reserve_bytes() carve.
+    CudnnSizes sizes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const;
+
+protected:
+    void run_forward(const Config& config, const ForwardArgs<float>& args) const override;
+    void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
+    void run_backward(const Config& config, const BackwardArgs<float>& args) const override;
+    void run_backward(const Config& config, const BackwardArgs<double>& args) const override;
+
+private:
+    struct Sizing;  // the sizing handle and the remembered answers (cudnn.cpp)
+    std::unique_ptr<Sizing> sizing_;
+};
+
+// One entry of cuDNN's weight space as cudnnGetRNNWeightParams reports it on a context's device.
+struct CudnnWeightRegion {
+    CudnnPiece piece;      // which piece of our flat buffer it holds (offset, rows, cols)
+    int64_t space_offset;  // element offset cuDNN reported, from the start of its weight space
+};
+
+// cuDNN's weight-space layout for (config, dtype) on `context`'s device, for inspection and tests.
+struct CudnnWeightLayout {
+    size_t weight_space_bytes = 0;
+    std::vector<CudnnWeightRegion> regions;  // in cudnn_pieces() order
+    std::vector<CudnnCopySegment> copies;    // the merged copies a call issues each way
+    bool copies_cover_space = false;         // false: the space is zeroed before copying in
+};
+
+CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DType dtype);
+
+// Copies `params` (device, param_count(config) elements of dtype, our layout) into
+// `weight_space` (device, weight_space_bytes of cudnn_weight_layout()), overwriting it, with
+// the copies forward issues. Queued on the context's stream; does not wait.
+void cudnn_pack_weights(Context& context, const Config& config, DType dtype, const void* params,
+                        void* weight_space);
+
+// The reverse: overwrites every element of `params` (device) from `weight_space` (device).
+// Queued on the context's stream; does not wait.
+void cudnn_unpack_weights(Context& context, const Config& config, DType dtype,
+                          const void* weight_space, void* params);
+
+}  // namespace lstm::cuda

@@ -1,0 +1,459 @@
+// The CUDA `basic` and `fused` variants without a GPU: their shared time loop
+// (lstm/variants/cuda_common.hpp) runs here on a host backend that executes the very kernel
+// bodies of kernels/cuda/lstm_ops.hpp over their grids in plain loops and does the cuBLAS GEMMs
+// as naive loops, and is compared with the double reference. Also the host-side pieces: the
+// length sort and compact offsets that are uploaded, workspace / reserve sizing against carving,
+// plan keys and call signatures.
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/reference/lstm_reference.hpp"
+#include "lstm/variants/cuda_common.hpp"
+#include "tolerance.hpp"
+#include "variant_runner.hpp"
+
+#if LSTM_WITH_CUDA
+#include "lstm/registry.hpp"
+#endif
+
+using namespace lstm;
+using namespace lstm::test;
+using cuda::LoopStyle;
+
+namespace {
+
+// The CUDA backend's contract on host memory: GEMMs as naive loops (row-major, BLAS meaning,
+// beta == 0 never reads C), ops run over their whole grid, lane orderings recorded.
+template <typename T>
+struct HostBackend {
+    std::vector<std::pair<int, int>> waits;  // (lane, on_lane) in issue order
+    int64_t work[2] = {0, 0};                // GEMMs and op launches per lane
+
+    void gemm(int lane, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
+              const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+        REQUIRE(m > 0);
+        REQUIRE(n > 0);
+        ++work[lane];
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                T acc = T(0);
+                for (int64_t p = 0; p < k; ++p) {
+                    const T av = trans_a ? a[p * lda + i] : a[i * lda + p];
+                    const T bv = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+                    acc += av * bv;
+                }
+                T& out = c[i * ldc + j];
+                out = beta == T(0) ? alpha * acc : alpha * acc + beta * out;
+            }
+    }
+
+    template <typename Op>
+    void run(int lane, const Op& op, int64_t count) {
+        ++work[lane];
+        for (int64_t i = 0; i < count; ++i) op(i);
+    }
+
+    void wait(int lane, int on_lane) { waits.emplace_back(lane, on_lane); }
+};
+
+// Fills a buffer with all-ones bytes: NaN in float and double, so any read of memory the loop
+// did not write first shows up in the results.
+void poison(void* data, size_t bytes) { std::memset(data, 0xFF, bytes); }
+
+// Buffers and the uploaded index of one emulated call sequence.
+template <typename T>
+struct Emulation {
+    LoopStyle style;
+    const reference::LstmCase& c;
+    lstm::detail::AlignedBuffer workspace, reserve;
+    size_t ws_bytes = 0, rs_bytes = 0;
+    std::vector<int64_t> staging;  // the host FrameIndex (the pinned staging area on the GPU)
+    cuda::FrameIndex host{};
+    HostBackend<T> backend;
+
+    Emulation(LoopStyle s, const reference::LstmCase& cs) : style(s), c(cs) {
+        const Config& cfg = c.in.config;
+        ws_bytes = cuda::workspace_size(cfg, dtype_of<T>(), c.in.seq_len, c.in.batch);
+        rs_bytes = cuda::reserve_size(cfg, dtype_of<T>(), c.in.seq_len, c.in.batch);
+        workspace.reserve(ws_bytes);
+        reserve.reserve(rs_bytes);
+        poison(workspace.data(), ws_bytes);
+        poison(reserve.data(), rs_bytes);
+        staging.assign(cuda::frame_index_count(c.in.seq_len, c.in.batch), -1);
+        host = cuda::carve_frame_index(staging.data(), c.in.seq_len, c.in.batch);
+        cuda::make_frame_index(Span<const int64_t>(c.in.lengths), c.in.seq_len, c.in.batch, host);
+        // The upload: the workspace's index block receives the staging area.
+        lstm::detail::Carver carve(workspace.data());
+        const cuda::Workspace<T> ws =
+            cuda::carve_workspace<T>(carve, cfg, c.in.seq_len, c.in.batch);
+        std::memcpy(ws.index, staging.data(), staging.size() * sizeof(int64_t));
+    }
+
+    cuda::Loop<T, HostBackend<T>> loop() {
+        return cuda::Loop<T, HostBackend<T>>(style, c.in.config, c.in.seq_len, c.in.batch, host,
+                                             backend);
+    }
+};
+
+template <typename T>
+std::vector<T> poisoned(size_t n) {
+    return std::vector<T>(n, std::numeric_limits<T>::quiet_NaN());
+}
+
+// Runs the emulated loop: forward (training, or inference when `training` is false: then
+// backward is skipped), then backward as one call or as `data` + `weights`. dparams starts from
+// `before` (or zeros).
+template <typename T>
+reference::VariantResult emulate(LoopStyle style, const reference::LstmCase& c, bool training,
+                                 bool split, const std::vector<double>& before = {},
+                                 std::vector<std::pair<int, int>>* waits = nullptr,
+                                 int64_t* lane1_work = nullptr) {
+    const Config& cfg = c.in.config;
+    const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
+    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
+    auto x = cast_vector<T>(c.in.x);
+    auto params = cast_vector<T>(c.in.params);
+    auto h0 = cast_vector<T>(c.in.h0), c0 = cast_vector<T>(c.in.c0);
+    auto dy = cast_vector<T>(c.out_grads.dy);
+    auto dhn = cast_vector<T>(c.out_grads.dhn), dcn = cast_vector<T>(c.out_grads.dcn);
+    const size_t state = static_cast<size_t>(cells * batch * hidden);
+    auto y = poisoned<T>(seq_len * batch * cfg.output_size()), hn = poisoned<T>(state),
+         cn = poisoned<T>(state), dx = poisoned<T>(x.size()), dh0 = poisoned<T>(state),
+         dc0 = poisoned<T>(state);
+    std::vector<T> dparams =
+        before.empty() ? std::vector<T>(params.size(), T(0)) : cast_vector<T>(before);
+
+    Emulation<T> em(style, c);
+    auto state_view = [&](std::vector<T>& v) {
+        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
+    };
+    ForwardArgs<T> f;
+    f.x = TensorView<const T>(x.data(), {seq_len, batch, cfg.input_size});
+    f.lengths = Span<const int64_t>(c.in.lengths.data(), int64_t(c.in.lengths.size()));
+    f.h0 = state_view(h0);
+    f.c0 = state_view(c0);
+    f.params = TensorView<const T>(params.data(), {int64_t(params.size())});
+    f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
+    f.hn = state_view(hn);
+    f.cn = state_view(cn);
+    f.workspace = em.workspace.data();
+    f.workspace_size = em.ws_bytes;
+    f.reserve = training ? em.reserve.data() : nullptr;
+    f.reserve_size = training ? em.rs_bytes : 0;
+    em.loop().forward(f);
+
+    reference::VariantResult r;
+    r.y = cast_vector<double>(y);
+    r.hn = cast_vector<double>(hn);
+    r.cn = cast_vector<double>(cn);
+    if (!training) return r;
+
+    BackwardArgs<T> b;
+    b.x = f.x;
+    b.lengths = f.lengths;
+    b.h0 = f.h0;
+    b.c0 = f.c0;
+    b.params = f.params;
+    b.y = f.y;
+    b.dy = TensorView<const T>(dy.data(), {seq_len, batch, cfg.output_size()});
+    b.dhn = state_view(dhn);
+    b.dcn = state_view(dcn);
+    b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
+    b.dh0 = state_view(dh0);
+    b.dc0 = state_view(dc0);
+    b.dparams = TensorView<T>(dparams.data(), {int64_t(dparams.size())});
+    b.workspace = em.workspace.data();
+    b.workspace_size = em.ws_bytes;
+    b.reserve = em.reserve.data();
+    b.reserve_size = em.rs_bytes;
+    if (split) {
+        b.part = BackwardPart::data;
+        em.loop().backward(b);
+        b.part = BackwardPart::weights;
+        em.loop().backward(b);
+    } else {
+        em.loop().backward(b);
+    }
+    r.dx = cast_vector<double>(dx);
+    r.dh0 = cast_vector<double>(dh0);
+    r.dc0 = cast_vector<double>(dc0);
+    r.dparams = cast_vector<double>(dparams);
+    if (waits) *waits = em.backend.waits;
+    if (lane1_work) *lane1_work = em.backend.work[1];
+    return r;
+}
+
+std::vector<Shape> shape_list() {
+    return {
+        {"uni 1 layer, equal lengths", {3, 5, 1, false}, 7, 3, {}, true},
+        {"uni 1 layer, no h0/c0", {3, 5, 1, false}, 7, 3, {}, false},
+        {"bi 1 layer, mixed lengths", {3, 5, 1, true}, 7, 3, {7, 1, 4}, true},
+        {"uni 2 layers, mixed lengths", {3, 5, 2, false}, 6, 4, {2, 6, 1, 5}, true},
+        {"bi 3 layers, mixed lengths, no state", {3, 5, 3, true}, 5, 3, {5, 3, 1}, false},
+        {"bi 2 layers, every sequence shorter than T", {3, 5, 2, true}, 6, 3, {4, 2, 3}, true},
+        {"batch 1", {4, 6, 2, true}, 9, 1, {}, true},
+        {"H 17, I 11", {11, 17, 1, true}, 5, 5, {5, 4, 5, 2, 1}, true},
+        {"I 1, H 1", {1, 1, 2, true}, 4, 2, {4, 3}, true},
+    };
+}
+
+template <typename T>
+void check_style(LoopStyle style, const Shape& s, uint64_t seed) {
+    const reference::LstmCase c =
+        make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+    const auto ref = reference::lstm_forward(c.in);
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+    const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
+    std::vector<double> want_dparams = ref_grads.dparams;
+    for (size_t k = 0; k < before.size(); ++k)
+        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
+    const auto got = emulate<T>(style, c, true, false, before);
+    const DType dt = dtype_of<T>();
+    const double fwd = lstm_rtol(dt, s.config, s.seq_len, Pass::forward);
+    const double bwd = lstm_rtol(dt, s.config, s.seq_len, Pass::backward);
+    INFO("style " << cuda::to_string(style) << ", " << to_string(dt) << ", case: " << s.name);
+    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+    // Padded positions are exactly zero (they were NaN before the call).
+    const int64_t F = s.config.output_size(), I = s.config.input_size;
+    for (int64_t n = 0; n < s.batch; ++n) {
+        const int64_t len = s.lengths.empty() ? s.seq_len : s.lengths[n];
+        for (int64_t t = len; t < s.seq_len; ++t) {
+            for (int64_t k = 0; k < F; ++k) CHECK(got.y[(t * s.batch + n) * F + k] == 0.0);
+            for (int64_t k = 0; k < I; ++k) CHECK(got.dx[(t * s.batch + n) * I + k] == 0.0);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cuda loop emulated on the host matches the reference, both styles and precisions",
+          "[cuda_host]") {
+    uint64_t seed = 7000;
+    for (const Shape& s : shape_list()) {
+        for (LoopStyle style : {LoopStyle::basic, LoopStyle::fused}) {
+            check_style<float>(style, s, seed);
+            check_style<double>(style, s, seed);
+        }
+        seed += 10;
+    }
+}
+
+TEST_CASE("cuda loop: split backward and inference give the same bits as all / training",
+          "[cuda_host]") {
+    const Config config{4, 6, 2, true};
+    const reference::LstmCase c = make_case(config, 7, 4, {7, 2, 5, 1}, true, 4321);
+    const std::vector<double> before = random_vector(param_count(config), 17);
+    for (LoopStyle style : {LoopStyle::basic, LoopStyle::fused}) {
+        INFO("style " << cuda::to_string(style));
+        const auto all = emulate<float>(style, c, true, false, before);
+        const auto split = emulate<float>(style, c, true, true, before);
+        const auto inference = emulate<float>(style, c, false, false);
+        CHECK(split.dx == all.dx);
+        CHECK(split.dh0 == all.dh0);
+        CHECK(split.dc0 == all.dc0);
+        CHECK(split.dparams == all.dparams);
+        CHECK(inference.y == all.y);
+        CHECK(inference.hn == all.hn);
+        CHECK(inference.cn == all.cn);
+    }
+}
+
+TEST_CASE("cuda loop: fused runs the two directions on two lanes, basic on one", "[cuda_host]") {
+    const reference::LstmCase bi = make_case({3, 4, 2, true}, 5, 2, {5, 3}, true, 99);
+    const reference::LstmCase uni = make_case({3, 4, 2, false}, 5, 2, {5, 3}, true, 99);
+    std::vector<std::pair<int, int>> waits;
+    int64_t lane1 = 0;
+    emulate<float>(LoopStyle::fused, bi, true, false, {}, &waits, &lane1);
+    CHECK(lane1 > 0);
+    // Per layer, forward and backward: lane 1 forks from lane 0, then lane 0 joins it.
+    const std::vector<std::pair<int, int>> per_layer = {{1, 0}, {0, 1}};
+    REQUIRE(waits.size() == 2 * 2 * per_layer.size());
+    for (size_t k = 0; k < waits.size(); ++k) CHECK(waits[k] == per_layer[k % 2]);
+    for (const auto* c : {&bi, &uni}) {
+        emulate<float>(LoopStyle::basic, *c, true, false, {}, &waits, &lane1);
+        CHECK(waits.empty());
+        CHECK(lane1 == 0);
+    }
+    emulate<float>(LoopStyle::fused, uni, true, false, {}, &waits, &lane1);
+    CHECK(waits.empty());
+    CHECK(lane1 == 0);
+}
+
+TEST_CASE("cuda frame index: length sort, compact offsets and the uploaded block", "[cuda_host]") {
+    const int64_t seq_len = 4, batch = 3;
+    const std::vector<int64_t> lengths = {2, 4, 1};
+    std::vector<int64_t> block(cuda::frame_index_count(seq_len, batch), -1);
+    REQUIRE(block.size() == size_t(2 * 3 + 2 * 4 + 1 + 4 * 3));
+    const cuda::FrameIndex f = cuda::carve_frame_index(block.data(), seq_len, batch);
+    // The fields follow each other in one block, so one copy uploads them all.
+    CHECK(f.order == block.data());
+    CHECK(f.pos == block.data() + 3);
+    CHECK(f.active == block.data() + 6);
+    CHECK(f.offset == block.data() + 10);
+    CHECK(f.frame == block.data() + 15);
+    cuda::make_frame_index(Span<const int64_t>(lengths), seq_len, batch, f);
+    const std::vector<int64_t> want = {1, 0, 2,        // order: longest first
+                                       1, 0, 2,        // pos: inverse of order
+                                       3, 2, 1, 1,     // active
+                                       0, 3, 5, 6, 7,  // offset, S = 7
+                                       1, 0, 2, 4, 3, 7, 10,
+                                       0, 0, 0, 0, 0};  // frame = t * N + order[r]; unused tail 0
+    CHECK(block == want);
+
+    // Ties keep their index order; no lengths means all T.
+    const std::vector<int64_t> ties = {3, 4, 3};
+    cuda::make_frame_index(Span<const int64_t>(ties), seq_len, batch, f);
+    CHECK(std::vector<int64_t>(f.order, f.order + 3) == std::vector<int64_t>{1, 0, 2});
+    cuda::make_frame_index(Span<const int64_t>(), seq_len, batch, f);
+    CHECK(std::vector<int64_t>(f.active, f.active + 4) == std::vector<int64_t>{3, 3, 3, 3});
+    CHECK(f.offset[seq_len] == seq_len * batch);
+    for (int64_t k = 0; k < seq_len * batch; ++k) CHECK(f.frame[k] == k);
+}
+
+TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disjoint and aligned",
+          "[cuda_host]") {
+    for (const Config& config : {Config{3, 5, 1, false}, Config{123, 320, 4, true}}) {
+        const int64_t seq_len = 7, batch = 5;
+        const size_t ws_bytes = cuda::workspace_size(config, DType::f32, seq_len, batch);
+        const size_t rs_bytes = cuda::reserve_size(config, DType::f32, seq_len, batch);
+        // Any base works (device pointers on the GPU): carve from a fake aligned address.
+        char* const base = reinterpret_cast<char*>(uintptr_t(1) << 20);
+        lstm::detail::Carver wc(base), rc(base);
+        const auto ws = cuda::carve_workspace<float>(wc, config, seq_len, batch);
+        const auto rs = cuda::carve_reserve<float>(rc, config, seq_len, batch);
+        CHECK(wc.bytes() == ws_bytes);
+        CHECK(rc.bytes() == rs_bytes);
+        const int64_t frames = seq_len * batch, H = config.hidden_size;
+        const int64_t W = std::max(config.input_size, config.output_size());
+        struct Range {
+            const void* p;
+            size_t bytes;
+        };
+        std::vector<Range> ranges = {
+            {ws.index, sizeof(int64_t) * cuda::frame_index_count(seq_len, batch)},
+            {ws.x_c, sizeof(float) * frames * config.input_size},
+            {ws.ping, sizeof(float) * frames * W},
+            {ws.pong, sizeof(float) * frames * W},
+            {ws.ones, sizeof(float) * frames}};
+        for (int64_t d = 0; d < config.num_directions(); ++d) {
+            ranges.push_back({ws.gates[d], sizeof(float) * frames * 4 * H});
+            for (const float* p : {ws.h[d], ws.c[d], ws.c_init[d]})
+                ranges.push_back({p, sizeof(float) * batch * H});
+        }
+        if (!config.bidirectional) CHECK(ws.gates[1] == nullptr);
+        for (size_t i = 0; i < ranges.size(); ++i) {
+            const auto a = reinterpret_cast<uintptr_t>(ranges[i].p);
+            CHECK(a % lstm::detail::Carver::kAlignment == 0);
+            CHECK(a >= uintptr_t(base));
+            CHECK(a + ranges[i].bytes <= uintptr_t(base) + ws_bytes);
+            for (size_t j = 0; j < i; ++j) {
+                const auto b = reinterpret_cast<uintptr_t>(ranges[j].p);
+                CHECK((a + ranges[i].bytes <= b || b + ranges[j].bytes <= a));
+            }
+        }
+        const size_t cells = size_t(config.num_cells());
+        CHECK(reinterpret_cast<char*>(rs.h_prev) + sizeof(float) * cells * frames * H ==
+              base + rs_bytes);
+        CHECK(cuda::workspace_size(config, DType::f64, seq_len, batch) > ws_bytes);
+    }
+}
+
+TEST_CASE("cuda plan keys and call signatures", "[cuda_host]") {
+    const Config a{3, 5, 2, true};
+    const std::string k = cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 3);
+    CHECK(k == "cuda_fused/forward_training/I3/H5/L2/D2/P0/T7/N3/float32");
+    CHECK(k == cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 3));
+    const std::vector<std::string> others = {
+        cuda::plan_key(LoopStyle::basic, "forward_training", a, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_inference", a, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 2, false}, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", {4, 5, 2, true}, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 6, 2, true}, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 1, true}, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f64, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 8, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 4),
+    };
+    for (const std::string& o : others) CHECK(o != k);
+
+    // Signatures: lengths and every pointer matter.
+    std::vector<float> x(10), y(10), p(10);
+    std::vector<int64_t> lengths = {7, 3, 5};
+    ForwardArgs<float> f;
+    f.x = TensorView<const float>(x.data(), {1});
+    f.params = TensorView<const float>(p.data(), {1});
+    f.y = TensorView<float>(y.data(), {1});
+    f.lengths = Span<const int64_t>(lengths);
+    std::vector<uint64_t> s0, s1;
+    cuda::call_signature(f, s0);
+    cuda::call_signature(f, s1);
+    CHECK(s0 == s1);
+    lengths[1] = 4;
+    cuda::call_signature(f, s1);
+    CHECK(s0 != s1);
+    lengths[1] = 3;
+    f.y = TensorView<float>(y.data() + 1, {1});
+    cuda::call_signature(f, s1);
+    CHECK(s0 != s1);
+    f.y = TensorView<float>(y.data(), {1});
+    f.reserve = p.data();
+    cuda::call_signature(f, s1);
+    CHECK(s0 != s1);
+
+    BackwardArgs<float> b;
+    b.x = f.x;
+    b.lengths = f.lengths;
+    std::vector<uint64_t> b0, b1;
+    cuda::call_signature(b, b0);
+    b.dx = TensorView<float>(y.data(), {1});
+    cuda::call_signature(b, b1);
+    CHECK(b0 != b1);
+    b.dx = TensorView<float>();
+    b.part = BackwardPart::data;
+    cuda::call_signature(b, b1);
+    CHECK(b0 != b1);
+}
+
+#if LSTM_WITH_CUDA
+TEST_CASE("cuda basic and fused are registered, sized by the shared carving, need a context",
+          "[cuda_host]") {
+    const std::vector<const Variant*> on_cuda = variants_on(Device::cuda);
+    REQUIRE(on_cuda.size() >= 2);
+    CHECK(std::string(on_cuda[0]->name()) == "basic");
+    CHECK(std::string(on_cuda[1]->name()) == "fused");
+    const Config config{3, 5, 2, true};
+    for (const char* name : {"basic", "fused"}) {
+        const Variant& v = find_variant(name, Device::cuda);
+        INFO("variant " << name);
+        CHECK_FALSE(v.supports(config, DType::f32).has_value());
+        CHECK_FALSE(v.supports(config, DType::f64).has_value());
+        CHECK_FALSE(v.supports_split_backward().has_value());
+        CHECK(v.workspace_bytes(config, DType::f32, 7, 3) ==
+              cuda::workspace_size(config, DType::f32, 7, 3));
+        CHECK(v.reserve_bytes(config, DType::f32, 7, 3) ==
+              cuda::reserve_size(config, DType::f32, 7, 3));
+        // Rejected before any pointer is touched, so fake device pointers are fine here.
+        float* fake = reinterpret_cast<float*>(uintptr_t(1) << 20);
+        ForwardArgs<float> f;
+        f.x = TensorView<const float>(fake, {7, 3, 3}, Device::cuda);
+        f.params = TensorView<const float>(fake, {param_count(config)}, Device::cuda);
+        f.y = TensorView<float>(fake, {7, 3, 10}, Device::cuda);
+        f.workspace = fake;
+        f.workspace_size = v.workspace_bytes(config, DType::f32, 7, 3);
+        REQUIRE_THROWS_WITH(v.forward(config, f), Catch::Contains("context must be"));
+    }
+}
+#endif

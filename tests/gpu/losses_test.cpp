@@ -1,0 +1,422 @@
+// The GPU losses against the CPU losses computed in the same binary: cross-entropy (rows and
+// padded frames, every reduction, float and double, extreme logits), this library's CTC kernel
+// (Braun's CTC shape, log-probs, blank != 0, padded and concatenated targets, infeasible samples,
+// zero_infinity, a label sequence longer than a block, double), cuDNN's CTC against the own
+// kernel, and determinism (two runs bit-identical). Failures print the worst mismatches.
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lstm/buffer.hpp"
+#include "lstm/cuda/context.hpp"
+#include "lstm/loss/cross_entropy.hpp"
+#include "lstm/loss/ctc.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using lstm::Buffer;
+using lstm::Device;
+using lstm::Span;
+using lstm::TensorView;
+using lstm::loss::CtcArgs;
+using lstm::loss::CtcBackend;
+using lstm::loss::CtcOutputs;
+using lstm::loss::Reduction;
+
+constexpr Reduction kReductions[] = {Reduction::none, Reduction::sum, Reduction::mean};
+
+template <typename T>
+bool bit_identical(const std::vector<T>& x, const std::vector<T>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+}
+
+// Scalars compared like elements, infinities exactly.
+bool close_scalar(double got, double want, double rtol) {
+    if (std::isinf(want) || std::isnan(want))
+        return got == want || (std::isnan(got) && std::isnan(want));
+    return std::abs(got - want) <= rtol * (std::abs(want) + 1e-30);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+struct CeResult {
+    T loss = 0;
+    std::vector<T> grad, losses;
+};
+
+// cross_entropy_frames (lengths given) or cross_entropy (rank 2: steps = rows, batch = 0) on
+// `device`.
+template <typename T>
+CeResult<T> run_ce(lstm::cuda::Context* ctx, Device device, const std::vector<T>& logits,
+                   int64_t steps, int64_t batch, int64_t classes,
+                   const std::vector<int64_t>& lengths, const std::vector<int64_t>& targets,
+                   Reduction reduction) {
+    const int64_t rows = batch > 0 ? steps * batch : steps;
+    Buffer x = Buffer::upload(device, logits, ctx);
+    Buffer g(device, sizeof(T) * rows * classes), l(device, sizeof(T) * rows);
+    CeResult<T> out;
+    if (batch > 0) {
+        out.loss = lstm::loss::cross_entropy_frames(
+            TensorView<const T>(x.as<const T>(), {steps, batch, classes}, device),
+            Span<const int64_t>(lengths), Span<const int64_t>(targets), reduction,
+            TensorView<T>(g.as<T>(), {steps, batch, classes}, device),
+            TensorView<T>(l.as<T>(), {steps, batch}, device), ctx);
+    } else {
+        out.loss =
+            lstm::loss::cross_entropy(TensorView<const T>(x.as<const T>(), {rows, classes}, device),
+                                      Span<const int64_t>(targets), reduction,
+                                      TensorView<T>(g.as<T>(), {rows, classes}, device),
+                                      TensorView<T>(l.as<T>(), {rows}, device), ctx);
+    }
+    out.grad = g.download<T>(rows * classes, ctx);
+    out.losses = l.download<T>(rows, ctx);
+    return out;
+}
+
+template <typename T>
+double ce_rtol() {
+    return std::is_same_v<T, float> ? 4e-6 : 1e-12;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("gpu: cross_entropy and cross_entropy_frames match the CPU", "[gpu][loss]",
+                   float, double) {
+    using T = TestType;
+    lstm::cuda::Context ctx;
+    const double rtol = ce_rtol<T>();
+    struct Shape {
+        int64_t steps, batch, classes;
+        std::vector<int64_t> lengths;  // frames form when batch > 0
+        double scale;
+    };
+    const std::vector<Shape> shapes = {
+        {257, 0, 5, {}, 3.0},   {64, 0, 100, {}, 1e4},        {9, 4, 37, {9, 1, 5, 8}, 4.0},
+        {100, 32, 59, {}, 2.0}, {50, 3, 1, {50, 20, 1}, 1.0}, {7, 5, 2000, {7, 7, 3, 1, 6}, 5.0},
+    };
+    uint64_t seed = 1;
+    for (const Shape& s : shapes) {
+        const int64_t rows = s.batch > 0 ? s.steps * s.batch : s.steps;
+        const std::vector<T> logits =
+            lstm::test::random_vector<T>(rows * s.classes, ++seed, -s.scale, s.scale);
+        std::vector<int64_t> targets(rows);
+        for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 7 + 3) % s.classes;
+        for (const Reduction reduction : kReductions) {
+            INFO("steps " << s.steps << " batch " << s.batch << " C " << s.classes << " scale "
+                          << s.scale << " " << lstm::loss::to_string(reduction));
+            const CeResult<T> cpu = run_ce<T>(nullptr, Device::cpu, logits, s.steps, s.batch,
+                                              s.classes, s.lengths, targets, reduction);
+            const CeResult<T> gpu = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch,
+                                              s.classes, s.lengths, targets, reduction);
+            INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
+            CHECK(close_scalar(gpu.loss, cpu.loss, rtol));
+            LSTM_CHECK_CLOSE(lstm::test::compare("losses", gpu.losses, cpu.losses, rtol, rtol));
+            double max_grad = 0;
+            for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
+            LSTM_CHECK_CLOSE(
+                lstm::test::compare("grad", gpu.grad, cpu.grad, rtol * max_grad, rtol));
+            CHECK(lstm::test::all_finite(gpu.grad));
+            // Deterministic: the same call again gives the same bits.
+            const CeResult<T> again = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch,
+                                                s.classes, s.lengths, targets, reduction);
+            CHECK(std::memcmp(&again.loss, &gpu.loss, sizeof(T)) == 0);
+            CHECK(bit_identical(again.grad, gpu.grad));
+            CHECK(bit_identical(again.losses, gpu.losses));
+        }
+    }
+}
+
+TEST_CASE("gpu: cross_entropy checks its device arguments", "[gpu][loss]") {
+    using Catch::Contains;
+    lstm::cuda::Context ctx;
+    std::vector<float> host(12, 0.5f);
+    Buffer x = Buffer::upload(Device::cuda, host, &ctx);
+    std::vector<int64_t> targets = {0, 1, 2};
+    std::vector<float> g(12);
+    const TensorView<const float> logits(x.as<const float>(), {3, 4}, Device::cuda);
+    CHECK_THROWS_WITH(
+        lstm::loss::cross_entropy(logits, Span<const int64_t>(targets), Reduction::mean,
+                                  TensorView<float>(g.data(), {3, 4}), TensorView<float>(), &ctx),
+        Contains("grad is on cpu, but logits is on cuda"));
+    CHECK_THROWS_WITH(lstm::loss::cross_entropy(logits, Span<const int64_t>(targets)),
+                      Contains("context argument"));
+    targets[1] = 4;
+    CHECK_THROWS_WITH(
+        lstm::loss::cross_entropy(logits, Span<const int64_t>(targets), Reduction::mean,
+                                  TensorView<float>(), TensorView<float>(), &ctx),
+        Contains("targets[1] = 4 is out of range for 4 classes"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// CTC
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+struct CtcCase {
+    int64_t max_time = 0, batch = 0, classes = 0;
+    std::vector<double> input;  // (T, N, C)
+    bool logits = true;
+    std::vector<std::vector<int64_t>> targets;
+    std::vector<int64_t> input_lengths;
+    int64_t blank = 0;
+    Reduction reduction = Reduction::mean;
+    bool zero_infinity = false;
+    bool padded = false;
+};
+
+CtcCase random_ctc(int64_t max_time, std::vector<int64_t> input_lengths,
+                   std::vector<int64_t> target_lengths, int64_t classes, int64_t blank,
+                   uint64_t seed, double scale) {
+    CtcCase c;
+    c.max_time = max_time;
+    c.batch = static_cast<int64_t>(input_lengths.size());
+    c.classes = classes;
+    c.input = lstm::test::random_vector<double>(max_time * c.batch * classes, seed, -scale, scale);
+    c.input_lengths = std::move(input_lengths);
+    c.blank = blank;
+    std::mt19937_64 rng(seed + 1);
+    for (int64_t length : target_lengths) {
+        std::vector<int64_t> labels;
+        for (int64_t i = 0; i < length; ++i) {
+            const auto label = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes - 1));
+            labels.push_back(label >= blank ? label + 1 : label);
+        }
+        c.targets.push_back(labels);
+    }
+    return c;
+}
+
+// log_softmax of the case's logits, for log-probs cases.
+void to_log_probs(CtcCase& c) {
+    for (size_t r = 0; r * c.classes < c.input.size(); ++r) {
+        double* row = c.input.data() + r * c.classes;
+        const double max = *std::max_element(row, row + c.classes);
+        double sum = 0;
+        for (int64_t k = 0; k < c.classes; ++k) sum += std::exp(row[k] - max);
+        for (int64_t k = 0; k < c.classes; ++k) row[k] -= max + std::log(sum);
+    }
+    c.logits = false;
+}
+
+template <typename T>
+struct CtcResult {
+    T loss = 0;
+    std::vector<T> grad, losses;
+    double seconds = 0;  // of the ctc_loss call alone (GPU: queued work included, it waits)
+};
+
+template <typename T>
+CtcResult<T> run_ctc(lstm::cuda::Context* ctx, Device device, const CtcCase& c,
+                     CtcBackend backend = CtcBackend::automatic, bool with_grad = true) {
+    const std::vector<T> host = lstm::test::cast_vector<T>(c.input);
+    std::vector<int64_t> flat, target_lengths;
+    size_t longest = 0;
+    for (const auto& t : c.targets) longest = std::max(longest, t.size());
+    for (const auto& t : c.targets) {
+        target_lengths.push_back(static_cast<int64_t>(t.size()));
+        flat.insert(flat.end(), t.begin(), t.end());
+        if (c.padded) flat.resize(flat.size() + (longest - t.size()), -1);  // never read
+    }
+    Buffer x = Buffer::upload(device, host, ctx);
+    Buffer g(device, sizeof(T) * host.size()), l(device, sizeof(T) * c.batch);
+    CtcArgs<T> args;
+    const TensorView<const T> input(x.as<const T>(), {c.max_time, c.batch, c.classes}, device);
+    (c.logits ? args.logits : args.log_probs) = input;
+    args.targets =
+        c.padded ? TensorView<const int64_t>(flat.data(), {c.batch, static_cast<int64_t>(longest)})
+                 : TensorView<const int64_t>(flat.data(), {static_cast<int64_t>(flat.size())});
+    args.input_lengths = c.input_lengths;
+    args.target_lengths = target_lengths;
+    args.blank = c.blank;
+    args.reduction = c.reduction;
+    args.zero_infinity = c.zero_infinity;
+    args.context = ctx;
+    args.backend = backend;
+    CtcOutputs<T> out;
+    if (with_grad)
+        (c.logits ? out.grad_logits : out.grad_log_probs) =
+            TensorView<T>(g.as<T>(), {c.max_time, c.batch, c.classes}, device);
+    out.losses = TensorView<T>(l.as<T>(), {c.batch}, device);
+    CtcResult<T> r;
+    const auto start = std::chrono::steady_clock::now();
+    r.loss = lstm::loss::ctc_loss(args, out);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (with_grad) r.grad = g.download<T>(host.size(), ctx);
+    r.losses = l.download<T>(c.batch, ctx);
+    return r;
+}
+
+// GPU against CPU: the reduced loss and per-sample losses to `rtol`, the gradient element-wise
+// to rtol * (|cpu| + max |cpu|); infinities identical; the GPU gradient finite.
+template <typename T>
+void check_ctc_close(const CtcResult<T>& gpu, const CtcResult<T>& cpu, double rtol) {
+    INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
+    CHECK(close_scalar(gpu.loss, cpu.loss, rtol));
+    for (size_t n = 0; n < cpu.losses.size(); ++n) {
+        INFO("sample " << n << ": gpu " << gpu.losses[n] << " cpu " << cpu.losses[n]);
+        CHECK(close_scalar(gpu.losses[n], cpu.losses[n], rtol));
+    }
+    double max_grad = 0;
+    for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
+    LSTM_CHECK_CLOSE(lstm::test::compare("grad", gpu.grad, cpu.grad, rtol * max_grad, rtol));
+    CHECK(lstm::test::all_finite(gpu.grad));
+}
+
+// Braun's CTC shape: T 1000, N 32, C 59, 100 labels, input lengths linspace(500, 1000, 32),
+// logits U(-1, 1), PyTorch's mean.
+CtcCase braun_ctc(bool equal_lengths = false) {
+    const int64_t T = 1000, N = 32, C = 59, L = 100;
+    std::vector<int64_t> input_lengths(N);
+    for (int64_t n = 0; n < N; ++n)
+        input_lengths[n] = equal_lengths ? T : 500 + (500 * n) / (N - 1);
+    return random_ctc(T, input_lengths, std::vector<int64_t>(N, L), C, 0, 42, 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu: ctc own kernel on Braun's CTC shape matches the CPU, deterministically",
+          "[gpu][loss][ctc]") {
+    lstm::cuda::Context ctx;
+    const CtcCase c = braun_ctc();
+    const CtcResult<float> cpu = run_ctc<float>(nullptr, Device::cpu, c);
+    const CtcResult<float> gpu = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own);
+    check_ctc_close(gpu, cpu, 2e-6);
+    const CtcResult<float> again = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own);
+    CHECK(std::memcmp(&again.loss, &gpu.loss, sizeof(float)) == 0);
+    CHECK(bit_identical(again.grad, gpu.grad));
+    CHECK(bit_identical(again.losses, gpu.losses));
+    // Informational only (host clock around the call, which waits; includes the upload of the
+    // labels and the download of the losses). The target is 2 ms forward + gradient.
+    double best = 1e9;
+    for (int i = 0; i < 5; ++i)
+        best = std::min(best, run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own).seconds);
+    std::printf(
+        "gpu ctc (own kernel), Braun's CTC shape, forward + gradient: %.3f ms per call "
+        "(best of 5, host clock)\n",
+        best * 1e3);
+}
+
+TEST_CASE("gpu: ctc own kernel matches the CPU on every semantic variant", "[gpu][loss][ctc]") {
+    lstm::cuda::Context ctx;
+    struct Variant {
+        const char* name;
+        CtcCase c;
+    };
+    std::vector<Variant> variants;
+    {
+        CtcCase c = random_ctc(50, {50, 33, 17, 49, 8}, {20, 15, 5, 1, 3}, 6, 5, 7, 3.0);
+        for (const Reduction r : kReductions)
+            for (const bool zi : {false, true})
+                for (const bool padded : {false, true}) {
+                    CtcCase v = c;
+                    v.reduction = r;
+                    v.zero_infinity = zi;
+                    v.padded = padded;
+                    variants.push_back({"blank 5, repeats", v});
+                    to_log_probs(v);
+                    variants.push_back({"blank 5, repeats, log_probs", v});
+                }
+    }
+    {
+        // Infeasible samples (sample 0: 3 labels and 2 repeats in 4 frames; sample 1: more
+        // labels than frames), an empty target, saturated logits.
+        CtcCase c = random_ctc(40, {4, 3, 40, 25}, {3, 4, 0, 12}, 9, 0, 8, 20.0);
+        c.targets[0] = {2, 2, 2};
+        for (const bool zi : {false, true}) {
+            c.zero_infinity = zi;
+            variants.push_back({"infeasible and empty", c});
+        }
+    }
+    {
+        // 1400 labels: 2801 states, a recursion block takes them in turns; rings still in shared
+        // memory. And 1600 labels: 3201 states, rings in global memory.
+        CtcCase c = random_ctc(3300, {3300, 2000}, {1400, 600}, 30, 0, 9, 2.0);
+        variants.push_back({"1400 labels", c});
+        CtcCase d = random_ctc(3300, {3300}, {1600}, 30, 0, 10, 2.0);
+        variants.push_back({"1600 labels", d});
+    }
+    for (const Variant& v : variants) {
+        INFO(v.name << ", " << lstm::loss::to_string(v.c.reduction)
+                    << (v.c.zero_infinity ? ", zero_infinity" : "")
+                    << (v.c.padded ? ", padded" : ", concatenated"));
+        check_ctc_close(run_ctc<float>(&ctx, Device::cuda, v.c, CtcBackend::own),
+                        run_ctc<float>(nullptr, Device::cpu, v.c), 2e-6);
+        check_ctc_close(run_ctc<double>(&ctx, Device::cuda, v.c, CtcBackend::own),
+                        run_ctc<double>(nullptr, Device::cpu, v.c), 1e-9);
+    }
+    // Losses without a gradient.
+    const CtcCase c = braun_ctc();
+    const CtcResult<float> no_grad = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own, false);
+    const CtcResult<float> cpu = run_ctc<float>(nullptr, Device::cpu, c, CtcBackend::own, false);
+    CHECK(close_scalar(no_grad.loss, cpu.loss, 2e-6));
+    LSTM_CHECK_CLOSE(lstm::test::compare("losses", no_grad.losses, cpu.losses, 0.0, 2e-6));
+}
+
+TEST_CASE("gpu: ctc through cuDNN agrees with the own kernel where cuDNN applies",
+          "[gpu][loss][ctc]") {
+#if LSTM_WITH_CUDNN
+    lstm::cuda::Context ctx;
+    // Every input length = T, blank 0, logits, float: the automatic choice is cuDNN.
+    const CtcCase c = braun_ctc(true);
+    const CtcResult<float> own = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own);
+    const CtcResult<float> cudnn = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::cudnn);
+    const CtcResult<float> automatic = run_ctc<float>(&ctx, Device::cuda, c);
+    const CtcResult<float> cpu = run_ctc<float>(nullptr, Device::cpu, c);
+    check_ctc_close(own, cpu, 2e-6);
+    // cuDNN computes alpha/beta in float: looser. Printed worst mismatches show how far it is.
+    check_ctc_close(cudnn, own, 1e-3);
+    CHECK(bit_identical(automatic.grad, cudnn.grad));
+    // Deterministic algorithm: bit-identical again.
+    const CtcResult<float> again = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::cudnn);
+    CHECK(bit_identical(again.grad, cudnn.grad));
+    CHECK(bit_identical(again.losses, cudnn.losses));
+    std::printf(
+        "gpu ctc (cuDNN), Braun's shape with equal lengths: %.3f ms per call (host "
+        "clock); own kernel %.3f ms\n",
+        cudnn.seconds * 1e3, own.seconds * 1e3);
+    // Where cuDNN does not apply, forcing it names the reason.
+    CtcCase varied = braun_ctc(false);
+    CHECK_THROWS_WITH(run_ctc<float>(&ctx, Device::cuda, varied, CtcBackend::cudnn),
+                      Catch::Contains("every input length equals T"));
+#else
+    SUCCEED("built without cuDNN");
+#endif
+}
+
+TEST_CASE("gpu: ctc checks its device arguments", "[gpu][loss][ctc]") {
+    using Catch::Contains;
+    lstm::cuda::Context ctx;
+    std::vector<float> host(3 * 2 * 4, 0.1f), g(host.size());
+    Buffer x = Buffer::upload(Device::cuda, host, &ctx);
+    std::vector<int64_t> input_lengths = {3, 2}, target_lengths = {1, 1}, targets = {1, 2};
+    CtcArgs<float> args;
+    args.logits = TensorView<const float>(x.as<const float>(), {3, 2, 4}, Device::cuda);
+    args.targets = TensorView<const int64_t>(targets.data(), {2});
+    args.input_lengths = input_lengths;
+    args.target_lengths = target_lengths;
+    args.context = &ctx;
+    CtcOutputs<float> out;
+    out.grad_logits = TensorView<float>(g.data(), {3, 2, 4});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(args, out),
+                      Contains("grad_logits is on cpu, but logits is on cuda"));
+    out.grad_logits = TensorView<float>();
+    std::vector<unsigned char> ws(1 << 20);
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(args, out, ws.data(), ws.size()),
+                      Contains("overload with a host workspace is for cpu tensors"));
+    targets[1] = 0;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(args, out), Contains("equals the blank index"));
+}

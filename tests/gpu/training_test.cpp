@@ -1,0 +1,416 @@
+// The owning layer and the whole training step on CUDA against the same on the CPU, in this
+// binary: the optimizer kernels, the device dense layer and sequence heads, lstm::Lstm on cuda
+// (every registered CUDA variant) and one SequenceModel step per head. Every comparison prints
+// its worst elements when it fails.
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "lstm/buffer.hpp"
+#include "lstm/cuda/context.hpp"
+#include "lstm/layer.hpp"
+#include "lstm/nn/dense_cuda.hpp"
+#include "lstm/nn/model.hpp"
+#include "lstm/nn/optim.hpp"
+#include "lstm/nn/sequence_cuda.hpp"
+#include "lstm/reference/tolerance.hpp"
+#include "lstm/registry.hpp"
+#include "test_util.hpp"
+
+using namespace lstm;
+
+namespace {
+
+template <typename T>
+std::vector<double> widen(const std::vector<T>& v) {
+    return std::vector<double>(v.begin(), v.end());
+}
+
+// |got - want| <= rtol * (max|want| + |want|), the reference rule; prints the worst element.
+template <typename A, typename B>
+void check_close(const std::string& what, const std::vector<A>& got, const std::vector<B>& want,
+                 double rtol) {
+    const auto why = reference::check_close(what, widen(got), widen(want), rtol);
+    INFO((why ? *why : std::string()));
+    CHECK(!why);
+}
+
+// A device view of a Buffer holding `shape`.
+template <typename T>
+TensorView<T> device_view(const Buffer& b, std::initializer_list<int64_t> shape) {
+    return TensorView<T>(b.as<T>(), shape, Device::cuda);
+}
+
+template <typename V>
+std::vector<float> download(const V& view, cuda::Context& ctx) {
+    std::vector<float> out(static_cast<size_t>(view.numel()));
+    Buffer::copy(out.data(), Device::cpu, view.data(), Device::cuda, out.size() * sizeof(float),
+                 &ctx);
+    return out;
+}
+
+template <typename T>
+void optimizer_kernels_match(bool adam, const nn::SgdOptions& sgd_options) {
+    cuda::Context ctx;
+    const int64_t n = 100003;  // odd, and beyond one grid pass of the capped launch
+    std::vector<T> p = test::random_vector<T>(n, 1), g(n);
+    Buffer p_dev = Buffer::upload(Device::cuda, p, &ctx);
+    Buffer g_dev(Device::cuda, n * sizeof(T));
+    nn::AdamOptions adam_options;
+    adam_options.lr = 2e-3;
+    adam_options.weight_decay = 0.01;
+    nn::Adam<T> host_adam(adam_options), dev_adam(adam_options);
+    nn::Sgd<T> host_sgd(sgd_options), dev_sgd(sgd_options);
+    const TensorView<T> pv(p_dev.as<T>(), {n}, Device::cuda);
+    const TensorView<const T> gv(g_dev.as<T>(), {n}, Device::cuda);
+    if (adam) {
+        host_adam.add(Span<T>(p), Span<const T>(g));
+        dev_adam.add(pv, gv, &ctx);
+    } else {
+        host_sgd.add(Span<T>(p), Span<const T>(g));
+        dev_sgd.add(pv, gv, &ctx);
+    }
+    for (int step = 0; step < 3; ++step) {
+        const std::vector<T> fresh = test::random_vector<T>(n, 50 + uint64_t(step));
+        std::copy(fresh.begin(), fresh.end(), g.begin());
+        g_dev.copy_from(g.data(), Device::cpu, n * sizeof(T), &ctx);
+        if (adam) {
+            host_adam.step();
+            dev_adam.step();
+        } else {
+            host_sgd.step();
+            dev_sgd.step();
+        }
+        // The bodies are shared; only FMA contraction on the device may move the last bit of the
+        // update, which is far below one ulp of the parameter.
+        const double rtol = std::is_same_v<T, float> ? 2.5e-7 : 1e-15;
+        const std::vector<T> got = p_dev.download<T>(n, &ctx);
+        INFO((adam ? "Adam" : "SGD") << " step " << step << ", " << to_string(dtype_of<T>()));
+        LSTM_CHECK_CLOSE(test::compare("params", got, p, rtol * 1e-2, rtol));
+    }
+}
+
+// Problem shapes of the layer and model comparisons: odd sizes, mixed lengths including 1 and T.
+struct Shape {
+    Config config;
+    int64_t seq_len, batch;
+    std::vector<int64_t> lengths;
+};
+
+std::vector<int64_t> lengths_for(const Variant& v, const Shape& s) {
+    if (v.supports_variable_lengths()) return std::vector<int64_t>(s.batch, s.seq_len);
+    return s.lengths;
+}
+
+void layer_matches_cpu(const Variant& v, const Shape& s) {
+    const Config& cfg = s.config;
+    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
+    const std::vector<int64_t> lengths = lengths_for(v, s);
+    const int64_t x_n = s.seq_len * s.batch * cfg.input_size;
+    const int64_t y_n = s.seq_len * s.batch * cfg.output_size(), st_n = cells * s.batch * hidden;
+    const auto x = test::random_vector<float>(x_n, 21), dy = test::random_vector<float>(y_n, 22);
+    const auto h0 = test::random_vector<float>(st_n, 23), c0 = test::random_vector<float>(st_n, 24);
+    const auto dhn = test::random_vector<float>(st_n, 25),
+               dcn = test::random_vector<float>(st_n, 26);
+
+    Lstm host(cfg, "basic");
+    cuda::Context ctx;
+    Lstm dev(cfg, v.name(), ctx);  // the borrowing constructor
+    REQUIRE(dev.context() == &ctx);
+    REQUIRE(dev.parameters().device == Device::cuda);
+    host.reset_parameters(11);
+    dev.reset_parameters(11);
+
+    auto up = [&](const std::vector<float>& h) { return Buffer::upload(Device::cuda, h, &ctx); };
+    const Buffer xd = up(x), dyd = up(dy), h0d = up(h0), c0d = up(c0), dhnd = up(dhn),
+                 dcnd = up(dcn);
+    const std::initializer_list<int64_t> xs = {s.seq_len, s.batch, cfg.input_size};
+    const std::initializer_list<int64_t> ys = {s.seq_len, s.batch, cfg.output_size()};
+    const std::initializer_list<int64_t> ss = {cells, s.batch, hidden};
+    const Span<const int64_t> len(lengths);
+
+    const auto y_h = host.forward(TensorView<const float>(x.data(), xs), len,
+                                  TensorView<const float>(h0.data(), ss),
+                                  TensorView<const float>(c0.data(), ss));
+    const auto y_d =
+        dev.forward(device_view<const float>(xd, xs), len, device_view<const float>(h0d, ss),
+                    device_view<const float>(c0d, ss));
+    REQUIRE(y_d.device() == Device::cuda);
+    host.zero_grad();
+    dev.zero_grad();
+    const auto dx_h = host.backward(TensorView<const float>(dy.data(), ys),
+                                    TensorView<const float>(dhn.data(), ss),
+                                    TensorView<const float>(dcn.data(), ss));
+    const auto dx_d =
+        dev.backward(device_view<const float>(dyd, ys), device_view<const float>(dhnd, ss),
+                     device_view<const float>(dcnd, ss));
+
+    const double fwd =
+        2 * reference::lstm_rtol(DType::f32, cfg, s.seq_len, reference::Pass::forward);
+    const double bwd =
+        2 * reference::lstm_rtol(DType::f32, cfg, s.seq_len, reference::Pass::backward);
+    auto host_vec = [](TensorView<const float> t) {
+        return std::vector<float>(t.data(), t.data() + t.numel());
+    };
+    INFO("variant " << v.name() << " (cuda) vs basic (cpu), config L" << cfg.num_layers
+                    << (cfg.bidirectional ? " bi" : " uni"));
+    check_close("y", download(y_d, ctx), host_vec(y_h), fwd);
+    check_close("hn", download(dev.hn(), ctx), host_vec(host.hn()), fwd);
+    check_close("cn", download(dev.cn(), ctx), host_vec(host.cn()), fwd);
+    check_close("dx", download(dx_d, ctx), host_vec(dx_h), bwd);
+    check_close("dh0", download(dev.dh0(), ctx), host_vec(host.dh0()), bwd);
+    check_close("dc0", download(dev.dc0(), ctx), host_vec(host.dc0()), bwd);
+    std::vector<float> grads(static_cast<size_t>(param_count(cfg)));
+    dev.store_gradients(Span<float>(grads));
+    check_close("dparams", grads,
+                std::vector<float>(host.gradients().begin(), host.gradients().end()), bwd);
+}
+
+struct ModelProblem {
+    nn::Head head;
+    Shape shape;
+    int64_t classes;
+    std::vector<int64_t> targets, target_lengths;
+};
+
+std::vector<ModelProblem> model_problems() {
+    const Shape uni{Config{5, 8, 1, false}, 9, 4, {9, 4, 1, 7}};
+    const Shape bi{Config{5, 6, 2, true}, 12, 3, {12, 7, 9}};
+    std::vector<ModelProblem> out;
+    out.push_back({nn::Head::ce_last_step, uni, 6, {0, 5, 2, 3}, {}});
+    out.push_back({nn::Head::ce_mean_pool, uni, 6, {1, 1, 4, 0}, {}});
+    std::vector<int64_t> frames(static_cast<size_t>(uni.seq_len * uni.batch));
+    for (size_t k = 0; k < frames.size(); ++k) frames[k] = int64_t(k * 7 % 6);
+    out.push_back({nn::Head::ce_every_frame, uni, 6, frames, {}});
+    out.push_back({nn::Head::ctc, bi, 5, {1, 2, 2, 4, 3, 1}, {3, 2, 1}});
+    return out;
+}
+
+const char* head_name(nn::Head h) {
+    switch (h) {
+        case nn::Head::ce_last_step:
+            return "ce_last_step";
+        case nn::Head::ce_every_frame:
+            return "ce_every_frame";
+        case nn::Head::ctc:
+            return "ctc";
+        case nn::Head::ce_mean_pool:
+            return "ce_mean_pool";
+    }
+    return "?";
+}
+
+void model_step_matches_cpu(const Variant& v, const ModelProblem& p) {
+    const Shape& s = p.shape;
+    nn::ModelConfig mc;
+    mc.lstm = s.config;
+    mc.classes = p.classes;
+    mc.dense_bias = true;  // runs the bias broadcast and the bias GEMV
+    mc.head = p.head;
+    mc.adam.lr = 1e-2;
+    const uint64_t seed = 5;
+    nn::SequenceModel<float> host(mc, "basic", Device::cpu, seed);
+    nn::SequenceModel<float> dev(mc, v.name(), Device::cuda, seed);
+    const std::vector<int64_t> lengths = lengths_for(v, s);
+    const auto x = test::random_vector<float>(s.seq_len * s.batch * s.config.input_size, 31);
+    const TensorView<const float> xv(x.data(), {s.seq_len, s.batch, s.config.input_size});
+    INFO("variant " << v.name() << " (cuda), head " << head_name(p.head));
+
+    const int64_t lstm_n = param_count(s.config), dense_n = host.dense().parameter_count();
+    std::vector<float> lstm_p0(lstm_n), dense_p0(dense_n), lstm_p(lstm_n), dense_p(dense_n);
+    std::vector<float> lstm_g(lstm_n), dense_g(dense_n);
+    dev.lstm().store_parameters(Span<float>(lstm_p0));
+    dev.dense_cuda().store_parameters(Span<float>(dense_p0));
+    // The same seed gives the same model on both devices, bit for bit.
+    CHECK(lstm_p0 ==
+          std::vector<float>(host.lstm().parameters().begin(), host.lstm().parameters().end()));
+    CHECK(dense_p0 ==
+          std::vector<float>(host.dense().parameters().begin(), host.dense().parameters().end()));
+
+    const float loss_h = host.compute_gradients(xv, lengths, p.targets, p.target_lengths);
+    const float loss_d = dev.compute_gradients(xv, lengths, p.targets, p.target_lengths);
+    INFO("loss cpu " << loss_h << ", cuda " << loss_d);
+    CHECK(std::abs(loss_d - loss_h) <= 1e-5 * std::abs(loss_h) + 1e-6);
+    dev.lstm().store_gradients(Span<float>(lstm_g));
+    dev.dense_cuda().store_gradients(Span<float>(dense_g));
+    const double bwd =
+        4 * reference::lstm_rtol(DType::f32, s.config, s.seq_len, reference::Pass::backward);
+    check_close("lstm gradients", lstm_g,
+                std::vector<float>(host.lstm().gradients().begin(), host.lstm().gradients().end()),
+                bwd);
+    check_close(
+        "dense gradients", dense_g,
+        std::vector<float>(host.dense().gradients().begin(), host.dense().gradients().end()), bwd);
+
+    // The device update equals the host Adam applied to the device's own gradients (a sharp
+    // check of the update itself), and where gradients are well away from zero it equals the
+    // host model's own step (Adam's first update is lr * g / (|g| + eps): near g = 0 it
+    // amplifies rounding differences of g, elsewhere it does not).
+    dev.optimizer().step();
+    host.optimizer().step();
+    dev.lstm().store_parameters(Span<float>(lstm_p));
+    dev.dense_cuda().store_parameters(Span<float>(dense_p));
+    nn::Adam<float> replay(mc.adam);
+    replay.add(Span<float>(lstm_p0), Span<const float>(lstm_g));
+    replay.add(Span<float>(dense_p0), Span<const float>(dense_g));
+    replay.step();
+    LSTM_CHECK_CLOSE(
+        test::compare("lstm params vs host Adam on device grads", lstm_p, lstm_p0, 1e-9, 2.5e-7));
+    LSTM_CHECK_CLOSE(test::compare("dense params vs host Adam on device grads", dense_p, dense_p0,
+                                   1e-9, 2.5e-7));
+    const auto host_lstm =
+        std::vector<float>(host.lstm().parameters().begin(), host.lstm().parameters().end());
+    const auto host_lstm_g =
+        std::vector<float>(host.lstm().gradients().begin(), host.lstm().gradients().end());
+    std::vector<float> got_far, want_far;
+    const double far = 1e-3 * reference::max_abs(widen(host_lstm_g));
+    for (size_t i = 0; i < host_lstm.size(); ++i)
+        if (std::abs(host_lstm_g[i]) > far) {
+            got_far.push_back(lstm_p[i]);
+            want_far.push_back(host_lstm[i]);
+        }
+    LSTM_CHECK_CLOSE(test::compare("lstm params vs the host step (|grad| > 1e-3 max)", got_far,
+                                   want_far, 1e-7, 1e-6));
+
+    // A whole second step (train_step: host batch copied in, forward, loss, backward, update).
+    const float second_h = host.train_step(xv, lengths, p.targets, p.target_lengths);
+    const float second_d = dev.train_step(xv, lengths, p.targets, p.target_lengths);
+    INFO("second loss cpu " << second_h << ", cuda " << second_d);
+    CHECK(std::abs(second_d - second_h) <= 1e-4 * std::abs(second_h) + 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("gpu: Adam and SGD kernels equal the host optimizers", "[gpu]") {
+    nn::SgdOptions sgd;
+    sgd.lr = 0.05;
+    sgd.momentum = 0.9;
+    sgd.nesterov = true;
+    sgd.weight_decay = 0.01;
+    optimizer_kernels_match<float>(true, sgd);
+    optimizer_kernels_match<double>(true, sgd);
+    optimizer_kernels_match<float>(false, sgd);
+    optimizer_kernels_match<double>(false, sgd);
+}
+
+TEST_CASE("gpu: DenseCuda equals nn::Dense forward and backward", "[gpu]") {
+    cuda::Context ctx;
+    const int64_t rows = 37, in = 13, out = 7;
+    nn::Dense<float> host(in, out, true);
+    host.reset_parameters(3);
+    nn::DenseCuda<float> dev(in, out, true, ctx);
+    dev.load_parameters(std::as_const(host).parameters());
+    const auto x = test::random_vector<float>(rows * in, 1),
+               dy = test::random_vector<float>(rows * out, 2);
+    const Buffer xd = Buffer::upload(Device::cuda, x, &ctx),
+                 dyd = Buffer::upload(Device::cuda, dy, &ctx);
+    Buffer yd(Device::cuda, rows * out * sizeof(float)),
+        dxd(Device::cuda, rows * in * sizeof(float));
+    std::vector<float> y(rows * out), dx(rows * in);
+    host.forward(TensorView<const float>(x.data(), {rows, in}),
+                 TensorView<float>(y.data(), {rows, out}));
+    dev.forward(device_view<const float>(xd, {rows, in}), device_view<float>(yd, {rows, out}));
+    // Two backwards: gradients accumulate on both.
+    for (int k = 0; k < 2; ++k) {
+        host.backward(TensorView<const float>(x.data(), {rows, in}),
+                      TensorView<const float>(dy.data(), {rows, out}),
+                      TensorView<float>(dx.data(), {rows, in}));
+        dev.backward(device_view<const float>(xd, {rows, in}),
+                     device_view<const float>(dyd, {rows, out}),
+                     device_view<float>(dxd, {rows, in}));
+    }
+    const double rtol = 1e-5;
+    check_close("y", yd.download<float>(y.size(), &ctx), y, rtol);
+    check_close("dx", dxd.download<float>(dx.size(), &ctx), dx, rtol);
+    std::vector<float> grads(host.parameter_count());
+    dev.store_gradients(Span<float>(grads));
+    check_close("dparams", grads,
+                std::vector<float>(host.gradients().begin(), host.gradients().end()), rtol);
+}
+
+TEST_CASE("gpu: sequence head kernels equal the host gathers bit for bit", "[gpu]") {
+    cuda::Context ctx;
+    const int64_t steps = 7, batch = 5, features = 11;
+    const std::vector<int64_t> lengths = {7, 1, 4, 7, 2};
+    const auto y = test::random_vector<float>(steps * batch * features, 3);
+    const auto dout = test::random_vector<float>(batch * features, 4);
+    const Buffer yd = Buffer::upload(Device::cuda, y, &ctx),
+                 doutd = Buffer::upload(Device::cuda, dout, &ctx);
+    const Buffer lend = Buffer::upload(Device::cuda, lengths, &ctx);
+    Buffer outd(Device::cuda, y.size() * sizeof(float));
+    const TensorView<const float> yv(y.data(), {steps, batch, features});
+    const TensorView<const float> doutv(dout.data(), {batch, features});
+    for (const int64_t* len :
+         {static_cast<const int64_t*>(lend.as<int64_t>()), static_cast<const int64_t*>(nullptr)}) {
+        const Span<const int64_t> host_len =
+            len ? Span<const int64_t>(lengths) : Span<const int64_t>();
+        INFO((len ? "with lengths" : "all full"));
+        std::vector<float> want(batch * features), want_dy(y.size());
+        nn::gather_last_step(yv, host_len, TensorView<float>(want.data(), {batch, features}));
+        nn::detail::gather_last_step_cuda<float>(ctx, steps, batch, features, len, yd.as<float>(),
+                                                 outd.as<float>());
+        CHECK(outd.download<float>(want.size(), &ctx) == want);
+        nn::mean_pool_steps(yv, host_len, TensorView<float>(want.data(), {batch, features}));
+        nn::detail::mean_pool_steps_cuda<float>(ctx, steps, batch, features, len, yd.as<float>(),
+                                                outd.as<float>());
+        CHECK(outd.download<float>(want.size(), &ctx) == want);
+        nn::scatter_last_step(doutv, host_len,
+                              TensorView<float>(want_dy.data(), {steps, batch, features}));
+        nn::detail::scatter_last_step_cuda<float>(ctx, steps, batch, features, len,
+                                                  doutd.as<float>(), outd.as<float>());
+        CHECK(outd.download<float>(want_dy.size(), &ctx) == want_dy);
+        nn::scatter_mean_pool(doutv, host_len,
+                              TensorView<float>(want_dy.data(), {steps, batch, features}));
+        nn::detail::scatter_mean_pool_cuda<float>(ctx, steps, batch, features, len,
+                                                  doutd.as<float>(), outd.as<float>());
+        CHECK(outd.download<float>(want_dy.size(), &ctx) == want_dy);
+    }
+}
+
+TEST_CASE("gpu: lstm::Lstm on cuda equals the host layer, for every CUDA variant", "[gpu]") {
+    const std::vector<Shape> shapes = {
+        {Config{5, 7, 1, false}, 6, 4, {6, 3, 1, 5}},
+        {Config{5, 7, 2, true}, 6, 4, {6, 3, 1, 5}},
+    };
+    REQUIRE(!variants_on(Device::cuda).empty());
+    for (const Variant* v : variants_on(Device::cuda)) {
+        for (const Shape& s : shapes) {
+            if (auto why = v->supports(s.config, DType::f32)) {
+                WARN(v->name() << " (cuda) skips a config: " << *why);
+                continue;
+            }
+            layer_matches_cpu(*v, s);
+        }
+    }
+}
+
+TEST_CASE("gpu: lstm::Lstm on cuda owns its context and zeroes gradients on the device", "[gpu]") {
+    const Config cfg{3, 4, 1, false};
+    Lstm layer(cfg, variants_on(Device::cuda).front()->name(), Device::cuda);
+    REQUIRE(layer.context() != nullptr);
+    std::vector<float> ones(static_cast<size_t>(param_count(cfg)), 1.0f), back(ones.size());
+    layer.load_parameters(Span<const float>(ones));
+    layer.store_parameters(Span<float>(back));
+    CHECK(back == ones);
+    layer.zero_grad();
+    layer.store_gradients(Span<float>(back));
+    CHECK(back == std::vector<float>(ones.size(), 0.0f));
+}
+
+TEST_CASE("gpu: one SequenceModel training step on cuda equals it on cpu, every head and variant",
+          "[gpu]") {
+    for (const Variant* v : variants_on(Device::cuda)) {
+        for (const ModelProblem& p : model_problems()) {
+            if (auto why = v->supports(p.shape.config, DType::f32)) {
+                WARN(v->name() << " (cuda) skips a config: " << *why);
+                continue;
+            }
+            model_step_matches_cpu(*v, p);
+        }
+    }
+}
