@@ -10,7 +10,6 @@
 #include <optional>
 #include <string>
 
-#include "flags.hpp"
 #include "lstm/layer.hpp"
 
 namespace lstm::bench {
@@ -51,9 +50,5 @@ std::optional<std::string> check_layer_against_reference(
 std::optional<std::string> check_on_device_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
     Span<const int64_t> lengths, Span<const float> params, bool with_split = false);
-
-// Registers deepbench/H:../N:../T:../<fwd|bwd_data|bwd_weights>/cuda/<variant> for every cuda
-// variant on the DeepBench shapes (deepbench_bench.hpp), timed with CUDA events.
-void register_deepbench_cuda_cases(const BenchFlags& flags);
 
 }  // namespace lstm::bench

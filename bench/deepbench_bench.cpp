@@ -7,17 +7,23 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cuda_bench.hpp"
 #include "flops.hpp"
-#include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/buffer.hpp"
 #include "lstm/detail/random.hpp"
+#include "lstm/device_context.hpp"
 #include "lstm/registry.hpp"
-#include "reference_check.hpp"
 #include "threads.hpp"
+
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/context.hpp"
+#endif
 
 namespace lstm::bench {
 
@@ -61,22 +67,26 @@ struct DeepBenchCase {
     DeepBenchShape shape;
     Pass pass;
     const Variant* variant;
-    int threads;
+    int threads;  // cpu cases only; a cuda case leaves the host thread count alone
     int warmup_chains;
 };
 
+bool on_cpu(const DeepBenchCase& c) { return c.variant->device() == Device::cpu; }
+
 Config config_of(const DeepBenchShape& s) { return Config{s.hidden, s.hidden, 1, false}; }
 
-std::string shape_name(const DeepBenchShape& s) { return deepbench_shape_name(s); }
-
+// A cuda case runs once, not per thread count (host threads only feed its launches), so only cpu
+// names carry "/threads:K".
 std::string case_name(const DeepBenchCase& c) {
-    return "deepbench/" + shape_name(c.shape) + "/" + pass_name(c.pass) + "/" +
-           to_string(c.variant->device()) + "/" + c.variant->name() +
-           "/threads:" + std::to_string(c.threads);
+    std::string name = "deepbench/" + deepbench_shape_name(c.shape) + "/" + pass_name(c.pass) +
+                       "/" + to_string(c.variant->device()) + "/" + c.variant->name();
+    if (on_cpu(c)) name += "/threads:" + std::to_string(c.threads);
+    return name;
 }
 
 // Why the case cannot run at all; reported with its reason, never dropped.
 std::optional<std::string> why_not_runnable(const DeepBenchCase& c) {
+    if (auto why = why_device_unavailable(*c.variant)) return *why;
     if (auto why = c.variant->supports(config_of(c.shape), DType::f32)) return *why;
     if (c.pass != Pass::fwd) {
         if (auto why = c.variant->supports_split_backward())
@@ -85,65 +95,83 @@ std::optional<std::string> why_not_runnable(const DeepBenchCase& c) {
     return std::nullopt;
 }
 
-// Inputs, parameters, outputs and buffers of one shape, with the argument structs that use them.
-// x, dy uniform in [-1, 1]; parameters as PyTorch initialises them (uniform in +-1/sqrt(H));
-// zero initial states; dx wanted (DeepBench's backward data computes it), dh0/dc0 not.
+// Inputs, parameters, outputs and buffers of one shape in the variant's memory space, with the
+// argument structs that use them. x, dy uniform in [-1, 1]; parameters as PyTorch initialises
+// them (uniform in +-1/sqrt(H)); zero initial states; dx wanted (DeepBench's backward data
+// computes it), dh0/dc0 not. The data is drawn on the host, so every device times the same
+// numbers, and x and the parameters stay there for the reference check.
 class Problem {
 public:
     Problem(const DeepBenchShape& s, const Variant& v)
-        : config_(config_of(s)), shape_(s), variant_(v) {
-        const int64_t rows = s.seq_len * s.batch * s.hidden;
+        : config_(config_of(s)), shape_(s), variant_(v), device_(v.device()), context_(device_) {
+        const int64_t elems = s.seq_len * s.batch * s.hidden;
         std::mt19937_64 rng(kDeepBenchSeed);
-        x_.resize(static_cast<size_t>(rows));
-        dy_.resize(x_.size());
-        for (float& e : x_) e = static_cast<float>(detail::uniform(rng, -1.0, 1.0));
-        for (float& e : dy_) e = static_cast<float>(detail::uniform(rng, -1.0, 1.0));
+        x_host_.resize(static_cast<size_t>(elems));
+        std::vector<float> dy(x_host_.size());
+        for (float& e : x_host_) e = static_cast<float>(detail::uniform(rng, -1.0, 1.0));
+        for (float& e : dy) e = static_cast<float>(detail::uniform(rng, -1.0, 1.0));
         const double bound = 1.0 / std::sqrt(static_cast<double>(s.hidden));
-        params_.resize(static_cast<size_t>(param_count(config_)));
-        for (float& e : params_) e = static_cast<float>(detail::uniform(rng, -bound, bound));
-        y_.resize(x_.size());
-        dx_.resize(x_.size());
-        dparams_.assign(params_.size(), 0.0f);
+        params_host_.resize(static_cast<size_t>(param_count(config_)));
+        for (float& e : params_host_) e = static_cast<float>(detail::uniform(rng, -bound, bound));
+
+        cuda::Context* ctx = context_.get();
+        x_ = Buffer::upload(device_, x_host_, ctx);
+        dy_ = Buffer::upload(device_, dy, ctx);
+        params_ = Buffer::upload(device_, params_host_, ctx);
+        y_ = Buffer(device_, x_host_.size() * sizeof(float));
+        dx_ = Buffer(device_, x_host_.size() * sizeof(float));
+        dparams_ = Buffer(device_, params_host_.size() * sizeof(float));
+        dparams_.zero(params_host_.size() * sizeof(float), ctx);
         workspace_bytes_ = v.workspace_bytes(config_, DType::f32, s.seq_len, s.batch);
         reserve_bytes_ = v.reserve_bytes(config_, DType::f32, s.seq_len, s.batch);
-        workspace_.reserve(workspace_bytes_);
-        reserve_.reserve(reserve_bytes_);
+        workspace_ = Buffer(device_, workspace_bytes_);
+        reserve_ = Buffer(device_, reserve_bytes_);
     }
 
+    // Null for a cpu variant.
+    cuda::Context* context() const { return context_.get(); }
     const Config& config() const { return config_; }
-    TensorView<const float> x() const { return view(x_); }
-    Span<const float> params() const { return Span<const float>(params_); }
+    // x (T, N, H) on the host, whatever the variant's device: what the reference check reads.
+    TensorView<const float> x_host() const {
+        return TensorView<const float>(x_host_.data(),
+                                       {shape_.seq_len, shape_.batch, shape_.hidden});
+    }
+    // params (param_count(config)) on the host.
+    Span<const float> params_host() const { return Span<const float>(params_host_); }
     size_t workspace_bytes() const { return workspace_bytes_; }
     size_t reserve_bytes() const { return reserve_bytes_; }
 
-    // Training forward: y (T, N, H) and the reserve overwritten.
+    // Training forward: y (T, N, H, variant's device) and the reserve overwritten.
     void forward() {
         ForwardArgs<float> a;
         a.x = view(x_);
-        a.params = TensorView<const float>(params_.data(), {int64_t(params_.size())});
-        a.y = TensorView<float>(y_.data(), {shape_.seq_len, shape_.batch, shape_.hidden});
+        a.params = params_view();
+        a.y = mutable_view(y_);
         a.workspace = workspace_.data();
         a.workspace_size = workspace_bytes_;
         a.reserve = reserve_.data();
         a.reserve_size = reserve_bytes_;
+        a.context = context_.get();
         variant_.forward(config_, a);
     }
 
-    // One backward part after forward(): data overwrites dx (T, N, H); weights ADDS into
-    // dparams, which is never zeroed here (a gradient accumulating over calls, as PyTorch's).
+    // One backward part after forward(): data overwrites dx (T, N, H, variant's device); weights
+    // ADDS into dparams, which is never zeroed here (a gradient accumulating over calls, as
+    // PyTorch's).
     void backward(BackwardPart part) {
         BackwardArgs<float> a;
         a.x = view(x_);
-        a.params = TensorView<const float>(params_.data(), {int64_t(params_.size())});
+        a.params = params_view();
         a.y = view(y_);
         a.dy = view(dy_);
-        a.dx = TensorView<float>(dx_.data(), {shape_.seq_len, shape_.batch, shape_.hidden});
+        a.dx = mutable_view(dx_);
         if (part != BackwardPart::data)
-            a.dparams = TensorView<float>(dparams_.data(), {int64_t(dparams_.size())});
+            a.dparams = TensorView<float>(dparams_.as<float>(), {param_count(config_)}, device_);
         a.workspace = workspace_.data();
         a.workspace_size = workspace_bytes_;
         a.reserve = reserve_.data();
         a.reserve_size = reserve_bytes_;
+        a.context = context_.get();
         a.part = part;
         variant_.backward(config_, a);
     }
@@ -161,33 +189,72 @@ public:
     }
 
 private:
-    // x, y, dy, dx are all (T, N, H): input size = output size = H.
-    TensorView<const float> view(const std::vector<float>& v) const {
-        return TensorView<const float>(v.data(), {shape_.seq_len, shape_.batch, shape_.hidden});
+    // x, y, dy, dx are all (T, N, H) in the variant's memory space: input size = output size = H.
+    TensorView<float> mutable_view(const Buffer& b) const {
+        return TensorView<float>(b.as<float>(), {shape_.seq_len, shape_.batch, shape_.hidden},
+                                 device_);
+    }
+    // (T, N, H), variant's device.
+    TensorView<const float> view(const Buffer& b) const { return mutable_view(b); }
+    // params (param_count(config)), variant's device.
+    TensorView<const float> params_view() const {
+        return TensorView<const float>(params_.as<float>(), {param_count(config_)}, device_);
     }
 
     Config config_;
     DeepBenchShape shape_;
     const Variant& variant_;
-    std::vector<float> x_, dy_, params_, y_, dx_, dparams_;
+    Device device_;
+    DeviceContext context_;  // declared before the buffers, so it outlives them
+    std::vector<float> x_host_, params_host_;
+    Buffer x_, dy_, params_, y_, dx_, dparams_, workspace_, reserve_;
     size_t workspace_bytes_ = 0, reserve_bytes_ = 0;
-    lstm::detail::AlignedBuffer workspace_, reserve_;
 };
 
-// The variant against the reference on this shape's data (bench/reference_check.hpp), both
-// backward forms when it can split. Deterministic per (shape, variant): the three passes and
-// every thread count share the verdict.
+// The variant against the reference on this shape's data, both backward forms when it can split;
+// a cuda variant through device buffers (check_on_device_against_reference, cuda_bench.hpp).
+// Deterministic per (shape, device, variant): the three passes and every thread count share the
+// verdict.
 std::optional<std::string> cached_reference_check(const DeepBenchCase& c, const Problem& p) {
     static std::map<std::string, std::optional<std::string>> verdicts;
-    const std::string key =
-        shape_name(c.shape) + "/" + to_string(c.variant->device()) + "/" + c.variant->name();
+    const std::string key = deepbench_shape_name(c.shape) + "/" + to_string(c.variant->device()) +
+                            "/" + c.variant->name();
     const auto found = verdicts.find(key);
     if (found != verdicts.end()) return found->second;
     const bool split = !c.variant->supports_split_backward();
-    auto verdict = check_against_reference(*c.variant, p.config(), p.x(), {}, p.params(), split);
+    auto verdict = check_on_device_against_reference(*c.variant, p.config(), p.x_host(), {},
+                                                     p.params_host(), split);
     verdicts.emplace(key, verdict);
     return verdict;
 }
+
+// Times the call alone and hands it to Google Benchmark as manual time. cuda: CUDA events on the
+// case's stream (StepTimer), since the host clock would see only the launches; cpu: a steady
+// clock, since each call ends with its OpenMP team joined, so the clock sees the whole call.
+class PassTimer {
+public:
+    explicit PassTimer(cuda::Context* context) : events_(context), on_device_(context != nullptr) {}
+
+    void start() {
+        if (on_device_)
+            events_.start();
+        else
+            start_ = Clock::now();
+    }
+    void stop(benchmark::State& state) {
+        if (on_device_) {
+            events_.stop(state);
+            return;
+        }
+        state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start_).count());
+    }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    StepTimer events_;
+    bool on_device_;
+    Clock::time_point start_;
+};
 
 void time_pass(benchmark::State& state, const DeepBenchCase& c) {
     Problem p(c.shape, *c.variant);
@@ -195,21 +262,20 @@ void time_pass(benchmark::State& state, const DeepBenchCase& c) {
         state.SkipWithError(why->c_str());
         return;
     }
-    // Warm-up: the case's own chain (buffers faulted in, packed weights and caches as in the
-    // timed loop); a variant that cannot split never runs a backward part here.
+    // Warm-up: the case's own chain (buffers faulted in, packed weights, plans and caches as in
+    // the timed loop); a variant that cannot split never runs a backward part here.
     for (int k = 0; k < c.warmup_chains; ++k) {
         p.prerequisites(c.pass);
         p.timed_call(c.pass);
     }
-    // Manual time: only the call itself is timed, its prerequisites run outside the clock.
-    // Each call ends with its OpenMP team joined, so the clock sees the whole call.
-    using Clock = std::chrono::steady_clock;
+    // Only the call itself is timed: its prerequisites run (cpu) or are queued (cuda) before the
+    // clock starts.
+    PassTimer timer(p.context());
     for (auto _ : state) {
         p.prerequisites(c.pass);
-        const auto start = Clock::now();
+        timer.start();
         p.timed_call(c.pass);
-        const auto stop = Clock::now();
-        state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+        timer.stop(state);
     }
     // Each pass is one forward's worth of GEMMs under the FLOP convention (bench/flops.hpp):
     // data = dgates times both weight matrices, weights = dgates times both partners.
@@ -230,7 +296,7 @@ void run_case(benchmark::State& state, const DeepBenchCase& c) {
         state.SkipWithError(why->c_str());
         return;
     }
-    set_cpu_threads(c.threads);
+    if (on_cpu(c)) set_cpu_threads(c.threads);
     // Google Benchmark does not catch: an exception would end the whole run, not just this case.
     try {
         time_pass(state, c);
@@ -242,16 +308,25 @@ void run_case(benchmark::State& state, const DeepBenchCase& c) {
 }  // namespace
 
 void register_deepbench_cases(const BenchFlags& flags) {
-    for (const DeepBenchShape& s : deepbench_shapes())
-        for (Pass pass : {Pass::fwd, Pass::bwd_data, Pass::bwd_weights})
-            for (const Variant* v : variants_on(Device::cpu))
-                for (int k : flags.threads) {
-                    const DeepBenchCase c{s, pass, v, k, flags.warmup_steps};
-                    benchmark::RegisterBenchmark(
-                        case_name(c).c_str(), [c](benchmark::State& state) { run_case(state, c); })
-                        ->UseManualTime()
-                        ->Unit(benchmark::kMillisecond);
-                }
+    // Device outermost keeps the established listing order (every cpu case, then every cuda
+    // case), so filters and result files written against it still line up.
+    for (const Device device : {Device::cpu, Device::cuda}) {
+        // Host threads matter to a cuda case only for its launches: it runs once, leaving the host
+        // thread count alone.
+        const std::vector<int> thread_counts =
+            device == Device::cpu ? flags.threads : std::vector<int>{0};
+        for (const DeepBenchShape& s : deepbench_shapes())
+            for (Pass pass : {Pass::fwd, Pass::bwd_data, Pass::bwd_weights})
+                for (const Variant* v : variants_on(device))
+                    for (int k : thread_counts) {
+                        const DeepBenchCase c{s, pass, v, k, flags.warmup_steps};
+                        benchmark::RegisterBenchmark(
+                            case_name(c).c_str(),
+                            [c](benchmark::State& state) { run_case(state, c); })
+                            ->UseManualTime()
+                            ->Unit(benchmark::kMillisecond);
+                    }
+    }
 }
 
 }  // namespace lstm::bench

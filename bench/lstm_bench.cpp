@@ -8,7 +8,6 @@
 
 #include "braun_bench.hpp"
 #include "ctc_bench.hpp"
-#include "cuda_bench.hpp"
 #include "deepbench_bench.hpp"
 #include "flags.hpp"
 #include "imdb_bench.hpp"
@@ -27,7 +26,6 @@ int main(int argc, char** argv) {
     lstm::bench::register_ctc_cases(flags);
     lstm::bench::register_imdb_cases(flags);
     lstm::bench::register_deepbench_cases(flags);
-    lstm::bench::register_deepbench_cuda_cases(flags);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

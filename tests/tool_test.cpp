@@ -461,7 +461,7 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
 #if LSTM_WITH_CUDA
         CHECK_THAT(r.err, Contains("Context: device 0 does not exist; this process sees 0 CUDA"));
 #else
-        CHECK_THAT(r.err, Contains("built without CUDA (LSTM_WITH_CUDA=0)"));
+        CHECK_THAT(r.err, Contains("has no CUDA back-end (LSTM_WITH_CUDA=0)"));
 #endif
     }
     // Errors the loss itself raises come through with its message.

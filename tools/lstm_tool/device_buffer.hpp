@@ -10,40 +10,10 @@
 #include <vector>
 
 #include "lstm/buffer.hpp"
+#include "lstm/device_context.hpp"
 #include "lstm/tensor.hpp"
 
-#if LSTM_WITH_CUDA
-#include "lstm/cuda/context.hpp"
-#endif
-
 namespace lstm::tool {
-
-// The CUDA context of one tool run: created only when the run targets device cuda, so CPU runs
-// never touch the CUDA runtime.
-class DeviceContext {
-public:
-    explicit DeviceContext(Device device) {
-#if LSTM_WITH_CUDA
-        if (device == Device::cuda) context_ = std::make_unique<cuda::Context>();
-#else
-        check(device == Device::cpu,
-              "device cuda: this lstm_tool was built without CUDA (LSTM_WITH_CUDA=0)");
-#endif
-    }
-    // Null for cpu runs.
-    cuda::Context* get() const {
-#if LSTM_WITH_CUDA
-        return context_.get();
-#else
-        return nullptr;
-#endif
-    }
-
-private:
-#if LSTM_WITH_CUDA
-    std::unique_ptr<cuda::Context> context_;
-#endif
-};
 
 class DeviceBuffer {
 public:
