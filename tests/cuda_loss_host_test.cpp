@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ctc_cases.hpp"
 #include "kernels/cuda/cross_entropy_body.hpp"
 #include "kernels/cuda/ctc_body.hpp"
 #include "kernels/cuda/ctc_layout.hpp"
@@ -38,8 +39,13 @@ using lstm::loss::Reduction;
 using lstm::reference::CtcReferenceCase;
 using lstm::reference::CtcReferenceResult;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr Reduction kReductions[] = {Reduction::none, Reduction::sum, Reduction::mean};
+using lstm::test::ctc::check_against_reference;
+using lstm::test::ctc::kInf;
+using lstm::test::ctc::kReductions;
+using lstm::test::ctc::random_case;
+using lstm::test::ctc::relative_error;
+using lstm::test::ctc::rounded;
+using lstm::test::ctc::Targets;
 
 // ---------------------------------------------------------------------------------------------
 // Emulating the CTC kernels
@@ -127,8 +133,6 @@ struct Emulated {
     std::vector<T> losses;  // (N)
     std::vector<double> alpha, beta;
 };
-
-enum class Targets { padded, concatenated };
 
 // The host side of lstm/loss/ctc_cuda.cpp with host memory as "device" memory: validation and
 // problem exactly as ctc_loss builds them, the same layout and upload, the three kernels
@@ -229,88 +233,6 @@ Emulated<T> emulate_ctc(const CtcReferenceCase& c, Targets layout = Targets::pad
     return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Cases and comparisons (as in tests/ctc_test.cpp)
-// ---------------------------------------------------------------------------------------------
-
-template <typename T>
-CtcReferenceCase rounded(CtcReferenceCase c) {
-    for (double& v : c.input) v = static_cast<double>(static_cast<T>(v));
-    return c;
-}
-
-CtcReferenceCase random_case(int64_t max_time, std::vector<int64_t> input_lengths,
-                             std::vector<int64_t> target_lengths, int64_t classes, int64_t blank,
-                             uint64_t seed, double scale = 2.0) {
-    CtcReferenceCase c;
-    c.max_time = max_time;
-    c.batch = static_cast<int64_t>(input_lengths.size());
-    c.classes = classes;
-    c.input = lstm::test::random_vector<double>(max_time * c.batch * classes, seed, -scale, scale);
-    c.input_lengths = std::move(input_lengths);
-    c.blank = blank;
-    std::mt19937_64 rng(seed + 1);
-    for (int64_t length : target_lengths) {
-        std::vector<int64_t> labels;
-        for (int64_t i = 0; i < length; ++i) {
-            const auto label = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes - 1));
-            labels.push_back(label >= blank ? label + 1 : label);
-        }
-        c.targets.push_back(labels);
-    }
-    return c;
-}
-
-CtcReferenceCase single(std::vector<double> rows, int64_t classes, std::vector<int64_t> labels) {
-    CtcReferenceCase c;
-    c.max_time = static_cast<int64_t>(rows.size()) / classes;
-    c.batch = 1;
-    c.classes = classes;
-    c.input = std::move(rows);
-    c.targets = {std::move(labels)};
-    c.input_lengths = {c.max_time};
-    c.reduction = Reduction::sum;
-    return c;
-}
-
-template <typename T>
-double loss_tol() {
-    return std::is_same_v<T, float> ? 1e-6 : 1e-12;
-}
-
-template <typename T>
-void check_against_reference(const CtcReferenceCase& c, const Emulated<T>& got,
-                             const CtcReferenceResult& want) {
-    const double tol = loss_tol<T>();
-    if (std::isinf(want.loss))
-        CHECK(static_cast<double>(got.loss) == want.loss);
-    else
-        CHECK(static_cast<double>(got.loss) == Approx(want.loss).epsilon(tol).margin(tol));
-    for (int64_t n = 0; n < c.batch; ++n) {
-        INFO("sample " << n);
-        if (std::isinf(want.losses[n]))
-            CHECK(static_cast<double>(got.losses[n]) == want.losses[n]);
-        else
-            CHECK(static_cast<double>(got.losses[n]) ==
-                  Approx(want.losses[n]).epsilon(tol).margin(tol));
-    }
-    double max_grad = 0;
-    for (double g : want.grad) max_grad = std::max(max_grad, std::abs(g));
-    LSTM_CHECK_CLOSE(lstm::test::compare("grad", got.grad, want.grad, tol * (max_grad + 1e-300),
-                                         std::is_same_v<T, float> ? 1e-6 : 1e-11));
-}
-
-template <typename A>
-double relative_error(const std::vector<A>& got, const std::vector<double>& want) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        const double d = static_cast<double>(got[i]) - want[i];
-        diff += d * d;
-        norm += want[i] * want[i];
-    }
-    return std::sqrt(diff / norm);
-}
-
 template <typename T>
 bool bit_identical(const std::vector<T>& x, const std::vector<T>& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
@@ -325,102 +247,22 @@ bool bit_identical(const std::vector<T>& x, const std::vector<T>& y) {
 TEMPLATE_TEST_CASE("cuda ctc kernels reproduce the published CTC values", "[cuda_loss_host]", float,
                    double) {
     using T = TestType;
-    const double tol = std::is_same_v<T, float> ? 2e-7 : 3e-11;
-    const double ln4 = std::log(4.0);
-    std::vector<double> rising(15), falling(15);
-    for (int i = 0; i < 15; ++i) rising[i] = i + 1;
-    for (int t = 0; t < 3; ++t)
-        for (int k = 0; k < 5; ++k) falling[t * 5 + k] = -5.0 * (t + 1) + k;
-    struct Published {
-        const char* name;
-        CtcReferenceCase c;
-        double loss;
-    };
-    const std::vector<Published> cases = {
-        {"rising rows, labels [3, 3]", single(rising, 5, {3, 3}), 7.3557431878},
-        {"falling rows, labels [2, 3]", single(falling, 5, {2, 3}), 4.9388498670},
-        {"zero logits, T 1, labels [1]", single(std::vector<double>(5, 0.0), 5, {1}),
-         std::log(5.0)},
-        {"two peaked frames, labels [1, 2]",
-         single({0.1, 0.6, 0.1, 0.1, 0.1, 0.1, 0.1, 0.6, 0.1, 0.1}, 5, {1, 2}), 2.4628583915},
-        {"uniform, T 2, labels [1, 1] (infeasible)", single(std::vector<double>(8, 0.3), 4, {1, 1}),
-         kInf},
-        {"uniform, T 3, labels [1, 1] (one alignment)",
-         single(std::vector<double>(12, 0.3), 4, {1, 1}), 3 * ln4},
-        {"uniform, T 3, empty labels", single(std::vector<double>(12, 0.3), 4, {}), 3 * ln4},
-    };
-    for (const auto& p : cases) {
-        for (const bool logits : {true, false}) {
-            INFO(p.name << (logits ? ", logits" : ", log_probs"));
-            CtcReferenceCase c = p.c;
-            if (!logits) {
-                c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
-                c.logits = false;
-            }
-            const Emulated<T> got = emulate_ctc<T>(c);
-            if (std::isinf(p.loss)) {
-                CHECK(static_cast<double>(got.loss) == kInf);
-                for (T g : got.grad) CHECK(g == T(0));
-            } else {
-                CHECK(static_cast<double>(got.loss) == Approx(p.loss).epsilon(tol));
-            }
+    lstm::test::ctc::check_published_ctc<T>(
+        [](const CtcReferenceCase& c) { return emulate_ctc<T>(c); },
+        [](const lstm::test::ctc::PublishedCtc&, const CtcReferenceCase& c,
+           const Emulated<T>& got) {
             check_against_reference(c, got, lstm::reference::ctc_reference(rounded<T>(c)));
-        }
-    }
-    const Emulated<T> got = emulate_ctc<T>(cases[3].c);
-    for (int t = 0; t < 2; ++t)
-        for (int k = 0; k < 5; ++k) {
-            INFO("t " << t << " class " << k);
-            const double want = k == t + 1 ? -0.708125 : 0.177031;
-            CHECK(static_cast<double>(got.grad[t * 5 + k]) == Approx(want).margin(1e-6));
-        }
+        });
 }
 
 TEMPLATE_TEST_CASE("cuda ctc kernels match the reference on random batches", "[cuda_loss_host]",
                    float, double) {
     using T = TestType;
-    struct Shape {
-        int64_t max_time;
-        std::vector<int64_t> input_lengths, target_lengths;
-        int64_t classes, blank;
-        double scale;
-    };
-    const std::vector<Shape> shapes = {
-        {7, {7, 5, 1, 6}, {3, 2, 0, 1}, 5, 0, 2.0},
-        {50, {50, 33, 17, 49, 8}, {20, 15, 5, 1, 3}, 6, 5, 3.0},  // repeats, T near L + R
-        {30, {30, 30}, {14, 9}, 3, 1, 1.0},                       // tiny alphabet: many repeats
-        {40, {40, 12, 25}, {39, 12, 3}, 9, 4, 20.0},  // saturated logits, infeasible samples
-        {13, {13}, {6}, 2, 0, 2.0},
-        {9, {9, 9}, {4, 4}, 40, 0, 2.0},  // more classes than a warp has lanes
-    };
-    uint64_t seed = 900;
-    for (const auto& s : shapes) {
-        const CtcReferenceCase base = random_case(s.max_time, s.input_lengths, s.target_lengths,
-                                                  s.classes, s.blank, ++seed, s.scale);
-        for (const bool logits : {true, false}) {
-            for (const Reduction reduction : kReductions) {
-                for (const bool zero_infinity : {false, true}) {
-                    for (const Targets layout : {Targets::padded, Targets::concatenated}) {
-                        INFO("T " << s.max_time << " C " << s.classes << " "
-                                  << (logits ? "logits" : "log_probs") << " "
-                                  << lstm::loss::to_string(reduction) << " zero_infinity "
-                                  << zero_infinity << " "
-                                  << (layout == Targets::padded ? "padded" : "concatenated"));
-                        CtcReferenceCase c = base;
-                        c.logits = logits;
-                        if (!logits)
-                            c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
-                        c.reduction = reduction;
-                        c.zero_infinity = zero_infinity;
-                        c = rounded<T>(c);
-                        const Emulated<T> got = emulate_ctc<T>(c, layout);
-                        check_against_reference(c, got, lstm::reference::ctc_reference(c));
-                        CHECK(lstm::test::all_finite(got.grad));
-                    }
-                }
-            }
-        }
-    }
+    std::vector<lstm::test::ctc::BatchShape> shapes = lstm::test::ctc::random_batch_shapes();
+    shapes.push_back({9, {9, 9}, {4, 4}, 40, 0, 2.0});  // more classes than a warp has lanes
+    lstm::test::ctc::check_random_batches<T>(
+        shapes, 900,
+        [](const CtcReferenceCase& c, Targets layout) { return emulate_ctc<T>(c, layout); });
 }
 
 TEST_CASE("cuda ctc kernels handle -inf log-probs and extreme logits without NaN",

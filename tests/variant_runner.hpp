@@ -27,6 +27,22 @@ struct Shape {
     bool with_state;
 };
 
+// The small shapes the CUDA variant tests (host emulation and GPU) run: one and more layers, uni-
+// and bidirectional, with and without h0/c0, equal and mixed lengths, tiny sizes.
+inline std::vector<Shape> small_shapes() {
+    return {
+        {"uni 1 layer, equal lengths", {3, 5, 1, false}, 7, 3, {}, true},
+        {"uni 1 layer, no h0/c0", {3, 5, 1, false}, 7, 3, {}, false},
+        {"bi 1 layer, mixed lengths", {3, 5, 1, true}, 7, 3, {7, 1, 4}, true},
+        {"uni 2 layers, mixed lengths", {3, 5, 2, false}, 6, 4, {2, 6, 1, 5}, true},
+        {"bi 3 layers, mixed lengths, no state", {3, 5, 3, true}, 5, 3, {5, 3, 1}, false},
+        {"bi 2 layers, every sequence shorter than T", {3, 5, 2, true}, 6, 3, {4, 2, 3}, true},
+        {"batch 1", {4, 6, 2, true}, 9, 1, {}, true},
+        {"H 17, I 11", {11, 17, 1, true}, 5, 5, {5, 4, 5, 2, 1}, true},
+        {"I 1, H 1", {1, 1, 2, true}, 4, 2, {4, 3}, true},
+    };
+}
+
 // Random inputs, parameters and output gradients for `config` on (T, N); `with_state` decides
 // whether h0/c0 are given. Values uniform in [-scale, scale].
 inline LstmCase make_case(const Config& config, int64_t seq_len, int64_t batch,

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ctc_cases.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/context.hpp"
 #include "lstm/loss/cross_entropy.hpp"
@@ -166,15 +167,8 @@ TEST_CASE("gpu: cross_entropy checks its device arguments", "[gpu][loss]") {
 
 namespace {
 
-struct CtcCase {
-    int64_t max_time = 0, batch = 0, classes = 0;
-    std::vector<double> input;  // (T, N, C)
-    bool logits = true;
-    std::vector<std::vector<int64_t>> targets;
-    std::vector<int64_t> input_lengths;
-    int64_t blank = 0;
-    Reduction reduction = Reduction::mean;
-    bool zero_infinity = false;
+// A reference case plus how run_ctc passes the targets.
+struct CtcCase : lstm::reference::CtcReferenceCase {
     bool padded = false;
 };
 
@@ -182,21 +176,8 @@ CtcCase random_ctc(int64_t max_time, std::vector<int64_t> input_lengths,
                    std::vector<int64_t> target_lengths, int64_t classes, int64_t blank,
                    uint64_t seed, double scale) {
     CtcCase c;
-    c.max_time = max_time;
-    c.batch = static_cast<int64_t>(input_lengths.size());
-    c.classes = classes;
-    c.input = lstm::test::random_vector<double>(max_time * c.batch * classes, seed, -scale, scale);
-    c.input_lengths = std::move(input_lengths);
-    c.blank = blank;
-    std::mt19937_64 rng(seed + 1);
-    for (int64_t length : target_lengths) {
-        std::vector<int64_t> labels;
-        for (int64_t i = 0; i < length; ++i) {
-            const auto label = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes - 1));
-            labels.push_back(label >= blank ? label + 1 : label);
-        }
-        c.targets.push_back(labels);
-    }
+    static_cast<lstm::reference::CtcReferenceCase&>(c) = lstm::test::ctc::random_case(
+        max_time, std::move(input_lengths), std::move(target_lengths), classes, blank, seed, scale);
     return c;
 }
 
@@ -276,14 +257,11 @@ void check_ctc_close(const CtcResult<T>& gpu, const CtcResult<T>& cpu, double rt
     CHECK(lstm::test::all_finite(gpu.grad));
 }
 
-// Braun's CTC shape: T 1000, N 32, C 59, 100 labels, input lengths linspace(500, 1000, 32),
-// logits U(-1, 1), PyTorch's mean.
+// Braun's CTC shape (lstm::test::ctc::braun_case).
 CtcCase braun_ctc(bool equal_lengths = false) {
-    const int64_t T = 1000, N = 32, C = 59, L = 100;
-    std::vector<int64_t> input_lengths(N);
-    for (int64_t n = 0; n < N; ++n)
-        input_lengths[n] = equal_lengths ? T : 500 + (500 * n) / (N - 1);
-    return random_ctc(T, input_lengths, std::vector<int64_t>(N, L), C, 0, 42, 1.0);
+    CtcCase c;
+    static_cast<lstm::reference::CtcReferenceCase&>(c) = lstm::test::ctc::braun_case(equal_lengths);
+    return c;
 }
 
 }  // namespace

@@ -161,7 +161,7 @@ private:
     Buffer y_, hn_, cn_, dh0_, dc0_, dx_, dparams_, workspace_, reserve_;
 };
 
-// Shapes of the CPU registry test (tests/variants_test.cpp) plus Braun's (BENCHMARKS.md: I = 123,
+// small_shapes() (tests/variant_runner.hpp) plus Braun's (BENCHMARKS.md: I = 123,
 // H = 320). The naive double reference is what costs: 1x320-CE-short runs at full size, the
 // long ones with T cut to keep this executable within a few minutes; 4x320-CTC keeps its
 // spread of lengths (linspace over [T/2, T]).
@@ -171,22 +171,16 @@ std::vector<Shape> shape_list() {
     const int64_t ctc_t = 24, ctc_n = 32;
     for (int64_t k = 0; k < ctc_n; ++k)
         ctc_lengths.push_back(ctc_t / 2 + (ctc_t / 2) * k / (ctc_n - 1));
-    return {
-        {"uni 1 layer, equal lengths", {3, 5, 1, false}, 7, 3, {}, true},
-        {"uni 1 layer, no h0/c0", {3, 5, 1, false}, 7, 3, {}, false},
-        {"bi 1 layer, mixed lengths", {3, 5, 1, true}, 7, 3, {7, 1, 4}, true},
-        {"uni 2 layers, mixed lengths", {3, 5, 2, false}, 6, 4, {2, 6, 1, 5}, true},
-        {"bi 3 layers, mixed lengths, no state", {3, 5, 3, true}, 5, 3, {5, 3, 1}, false},
-        {"bi 2 layers, every sequence shorter than T", {3, 5, 2, true}, 6, 3, {4, 2, 3}, true},
-        {"batch 1", {4, 6, 2, true}, 9, 1, {}, true},
-        {"H 17, I 11", {11, 17, 1, true}, 5, 5, {5, 4, 5, 2, 1}, true},
-        {"I 1, H 1", {1, 1, 2, true}, 4, 2, {4, 3}, true},
+    std::vector<Shape> shapes = small_shapes();
+    const std::vector<Shape> braun = {
         {"braun 1x320-CE-short (full size)", one_layer, 100, 64, {}, false},
         {"braun 1x320-CE-long (T 1000 -> 60)", one_layer, 60, 32, {}, false},
         {"braun 4x320-CE-long (T 1000 -> 16)", four_bi, 16, 32, {}, false},
         {"braun 4x320-CTC-long (T 1000 -> 24, lengths spread)", four_bi, ctc_t, ctc_n, ctc_lengths,
          false},
     };
+    shapes.insert(shapes.end(), braun.begin(), braun.end());
+    return shapes;
 }
 
 template <typename T>

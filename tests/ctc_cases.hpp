@@ -1,0 +1,253 @@
+// CTC test cases shared by tests/ctc_test.cpp, tests/cuda_loss_host_test.cpp and
+// tests/gpu/losses_test.cpp: the case builders, the comparison with the double oracle, the
+// published values of NUMERICS.md and the random-batch sweep. Each test file brings its own way
+// of running a case (the CPU kernel, the emulated CUDA kernels, the GPU); a run result is any
+// struct with `loss`, `losses` and `grad`.
+#pragma once
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "lstm/loss/reduction.hpp"
+#include "lstm/reference/ctc_reference.hpp"
+#include "test_util.hpp"
+
+namespace lstm::test::ctc {
+
+using lstm::loss::Reduction;
+using lstm::reference::CtcReferenceCase;
+using lstm::reference::CtcReferenceResult;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr Reduction kReductions[] = {Reduction::none, Reduction::sum, Reduction::mean};
+
+// How a run passes the targets: (N, S) padded or concatenated.
+enum class Targets { padded, concatenated };
+
+// The case with its inputs rounded to T, so that the reference sees exactly what the kernel saw.
+template <typename T>
+CtcReferenceCase rounded(CtcReferenceCase c) {
+    for (double& v : c.input) v = static_cast<double>(static_cast<T>(v));
+    return c;
+}
+
+// A random case: logits uniform in [-scale, scale], labels from a small alphabet so repeats occur.
+inline CtcReferenceCase random_case(int64_t max_time, std::vector<int64_t> input_lengths,
+                                    std::vector<int64_t> target_lengths, int64_t classes,
+                                    int64_t blank, uint64_t seed, double scale = 2.0) {
+    CtcReferenceCase c;
+    c.max_time = max_time;
+    c.batch = static_cast<int64_t>(input_lengths.size());
+    c.classes = classes;
+    c.input = lstm::test::random_vector<double>(max_time * c.batch * classes, seed, -scale, scale);
+    c.input_lengths = std::move(input_lengths);
+    c.blank = blank;
+    std::mt19937_64 rng(seed + 1);
+    for (int64_t length : target_lengths) {
+        std::vector<int64_t> labels;
+        for (int64_t i = 0; i < length; ++i) {
+            const auto label = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes - 1));
+            labels.push_back(label >= blank ? label + 1 : label);  // skip the blank
+        }
+        c.targets.push_back(labels);
+    }
+    return c;
+}
+
+// A one-sample case from explicit rows (T, C), reduction sum.
+inline CtcReferenceCase single(std::vector<double> rows, int64_t classes,
+                               std::vector<int64_t> labels, bool logits = true) {
+    CtcReferenceCase c;
+    c.max_time = static_cast<int64_t>(rows.size()) / classes;
+    c.batch = 1;
+    c.classes = classes;
+    c.input = std::move(rows);
+    c.logits = logits;
+    c.targets = {std::move(labels)};
+    c.input_lengths = {c.max_time};
+    c.reduction = Reduction::sum;
+    return c;
+}
+
+template <typename T>
+double loss_tol() {
+    return std::is_same_v<T, float> ? 1e-6 : 1e-12;
+}
+
+// Kernel vs reference: loss, per-sample losses, gradient. Infinite values must match exactly.
+template <typename T, template <typename> class Result>
+void check_against_reference(const CtcReferenceCase& c, const Result<T>& got,
+                             const CtcReferenceResult& want) {
+    const double tol = loss_tol<T>();
+    if (std::isinf(want.loss)) {
+        CHECK(static_cast<double>(got.loss) == want.loss);
+    } else {
+        CHECK(static_cast<double>(got.loss) == Approx(want.loss).epsilon(tol).margin(tol));
+    }
+    for (int64_t n = 0; n < c.batch; ++n) {
+        INFO("sample " << n);
+        if (std::isinf(want.losses[n]))
+            CHECK(static_cast<double>(got.losses[n]) == want.losses[n]);
+        else
+            CHECK(static_cast<double>(got.losses[n]) ==
+                  Approx(want.losses[n]).epsilon(tol).margin(tol));
+    }
+    double max_grad = 0;
+    for (double g : want.grad) max_grad = std::max(max_grad, std::abs(g));
+    LSTM_CHECK_CLOSE(lstm::test::compare("grad", got.grad, want.grad, tol * (max_grad + 1e-300),
+                                         std::is_same_v<T, float> ? 1e-6 : 1e-11));
+}
+
+// Norm-wise relative error ||got - want|| / ||want||.
+template <typename A>
+double relative_error(const std::vector<A>& got, const std::vector<double>& want) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        const double d = static_cast<double>(got[i]) - want[i];
+        diff += d * d;
+        norm += want[i] * want[i];
+    }
+    return std::sqrt(diff / norm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The published values of NUMERICS.md
+// ---------------------------------------------------------------------------------------------
+
+struct PublishedCtc {
+    const char* name;
+    CtcReferenceCase c;
+    double loss;
+};
+
+// The published cases, as logits; index 3 is the two-frame case with a published gradient.
+inline std::vector<PublishedCtc> published_ctc_cases() {
+    const double ln4 = std::log(4.0);
+    std::vector<double> rising(15), falling(15);
+    for (int i = 0; i < 15; ++i) rising[i] = i + 1;  // rows [1..5], [6..10], [11..15]
+    for (int t = 0; t < 3; ++t)
+        for (int k = 0; k < 5; ++k) falling[t * 5 + k] = -5.0 * (t + 1) + k;  // [-5..-1], ...
+    return {
+        {"rising rows, labels [3, 3]", single(rising, 5, {3, 3}), 7.3557431878},
+        {"falling rows, labels [2, 3]", single(falling, 5, {2, 3}), 4.9388498670},
+        {"zero logits, T 1, labels [1]", single(std::vector<double>(5, 0.0), 5, {1}),
+         std::log(5.0)},
+        {"two peaked frames, labels [1, 2]",
+         single({0.1, 0.6, 0.1, 0.1, 0.1, 0.1, 0.1, 0.6, 0.1, 0.1}, 5, {1, 2}), 2.4628583915},
+        {"uniform, T 2, labels [1, 1] (infeasible)", single(std::vector<double>(8, 0.3), 4, {1, 1}),
+         kInf},
+        {"uniform, T 3, labels [1, 1] (one alignment)",
+         single(std::vector<double>(12, 0.3), 4, {1, 1}), 3 * ln4},
+        {"uniform, T 3, empty labels", single(std::vector<double>(12, 0.3), 4, {}), 3 * ln4},
+    };
+}
+
+// Every published case, as logits and as log-probs, through `run(case)`: the loss equals the
+// published value (an infeasible case gives +inf and an exactly zero gradient), and
+// `also(published, case, result)` adds the caller's checks. Then the published logits-gradient of
+// the two-frame case: -0.708125 on the label class, +0.177031 on each other class, per frame.
+template <typename T, typename Run, typename Also>
+void check_published_ctc(Run run, Also also) {
+    // The table gives 11 significant digits.
+    const double tol = std::is_same_v<T, float> ? 2e-7 : 3e-11;
+    const std::vector<PublishedCtc> cases = published_ctc_cases();
+    for (const auto& p : cases) {
+        for (const bool logits : {true, false}) {
+            INFO(p.name << (logits ? ", logits" : ", log_probs"));
+            CtcReferenceCase c = p.c;
+            if (!logits) {  // the same distribution given as log-probs
+                c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
+                c.logits = false;
+            }
+            const auto got = run(c);
+            if (std::isinf(p.loss)) {
+                CHECK(static_cast<double>(got.loss) == kInf);
+                for (T g : got.grad) CHECK(g == T(0));  // finite, and exactly zero
+            } else {
+                CHECK(static_cast<double>(got.loss) == Approx(p.loss).epsilon(tol));
+            }
+            also(p, c, got);
+        }
+    }
+    const auto got = run(cases[3].c);
+    for (int t = 0; t < 2; ++t)
+        for (int k = 0; k < 5; ++k) {
+            INFO("t " << t << " class " << k);
+            const double want = k == t + 1 ? -0.708125 : 0.177031;
+            CHECK(static_cast<double>(got.grad[t * 5 + k]) == Approx(want).margin(1e-6));
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random batches against the reference
+// ---------------------------------------------------------------------------------------------
+
+struct BatchShape {
+    int64_t max_time;
+    std::vector<int64_t> input_lengths, target_lengths;
+    int64_t classes, blank;
+    double scale;
+};
+
+inline std::vector<BatchShape> random_batch_shapes() {
+    return {
+        {7, {7, 5, 1, 6}, {3, 2, 0, 1}, 5, 0, 2.0},
+        {50, {50, 33, 17, 49, 8}, {20, 15, 5, 1, 3}, 6, 5, 3.0},  // repeats, T near L + R
+        {30, {30, 30}, {14, 9}, 3, 1, 1.0},                       // tiny alphabet: many repeats
+        {40, {40, 12, 25}, {39, 12, 3}, 9, 4, 20.0},  // saturated logits, infeasible samples
+        {13, {13}, {6}, 2, 0, 2.0},
+    };
+}
+
+// Each shape (seeds seed + 1, seed + 2, ...) as logits and log-probs, every reduction, with and
+// without zero_infinity, padded and concatenated targets, inputs rounded to T: `run(case,
+// layout)` against the reference, and a finite gradient.
+template <typename T, typename Run>
+void check_random_batches(const std::vector<BatchShape>& shapes, uint64_t seed, Run run) {
+    for (const auto& s : shapes) {
+        const CtcReferenceCase base = random_case(s.max_time, s.input_lengths, s.target_lengths,
+                                                  s.classes, s.blank, ++seed, s.scale);
+        for (const bool logits : {true, false}) {
+            for (const Reduction reduction : kReductions) {
+                for (const bool zero_infinity : {false, true}) {
+                    for (const Targets layout : {Targets::padded, Targets::concatenated}) {
+                        INFO("T " << s.max_time << " C " << s.classes << " "
+                                  << (logits ? "logits" : "log_probs") << " "
+                                  << lstm::loss::to_string(reduction) << " zero_infinity "
+                                  << zero_infinity << " "
+                                  << (layout == Targets::padded ? "padded" : "concatenated"));
+                        CtcReferenceCase c = base;
+                        c.logits = logits;
+                        if (!logits)
+                            c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
+                        c.reduction = reduction;
+                        c.zero_infinity = zero_infinity;
+                        c = rounded<T>(c);
+                        const auto got = run(c, layout);
+                        check_against_reference(c, got, lstm::reference::ctc_reference(c));
+                        CHECK(lstm::test::all_finite(got.grad));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Braun's CTC shape: T 1000, N 32, C 59, 100 labels, input lengths linspace(500, 1000, 32) (or
+// all T), logits U(-1, 1), PyTorch's mean.
+inline CtcReferenceCase braun_case(bool equal_lengths = false) {
+    const int64_t T = 1000, N = 32, C = 59, L = 100;
+    std::vector<int64_t> input_lengths(N);
+    for (int64_t n = 0; n < N; ++n)
+        input_lengths[n] = equal_lengths ? T : 500 + (500 * n) / (N - 1);
+    return random_case(T, input_lengths, std::vector<int64_t>(N, L), C, 0, 42, 1.0);
+}
+
+}  // namespace lstm::test::ctc
