@@ -102,11 +102,6 @@ struct Emulation {
     }
 };
 
-template <typename T>
-std::vector<T> poisoned(size_t n) {
-    return std::vector<T>(n, std::numeric_limits<T>::quiet_NaN());
-}
-
 // Runs the emulated loop: forward (training, or inference when `training` is false: then
 // backward is skipped), then backward as one call or as `data` + `weights`. dparams starts from
 // `before` (or zeros).
@@ -115,78 +110,22 @@ reference::VariantResult emulate(LoopStyle style, const reference::LstmCase& c, 
                                  bool split, const std::vector<double>& before = {},
                                  std::vector<std::pair<int, int>>* waits = nullptr,
                                  int64_t* lane1_work = nullptr) {
-    const Config& cfg = c.in.config;
-    const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
-    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
-    auto x = cast_vector<T>(c.in.x);
-    auto params = cast_vector<T>(c.in.params);
-    auto h0 = cast_vector<T>(c.in.h0), c0 = cast_vector<T>(c.in.c0);
-    auto dy = cast_vector<T>(c.out_grads.dy);
-    auto dhn = cast_vector<T>(c.out_grads.dhn), dcn = cast_vector<T>(c.out_grads.dcn);
-    const size_t state = static_cast<size_t>(cells * batch * hidden);
-    auto y = poisoned<T>(seq_len * batch * cfg.output_size()), hn = poisoned<T>(state),
-         cn = poisoned<T>(state), dx = poisoned<T>(x.size()), dh0 = poisoned<T>(state),
-         dc0 = poisoned<T>(state);
-    std::vector<T> dparams =
-        before.empty() ? std::vector<T>(params.size(), T(0)) : cast_vector<T>(before);
-
     Emulation<T> em(style, c);
-    auto state_view = [&](std::vector<T>& v) {
-        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
-    };
-    ForwardArgs<T> f;
-    f.x = TensorView<const T>(x.data(), {seq_len, batch, cfg.input_size});
-    f.lengths = Span<const int64_t>(c.in.lengths.data(), int64_t(c.in.lengths.size()));
-    f.h0 = state_view(h0);
-    f.c0 = state_view(c0);
-    f.params = TensorView<const T>(params.data(), {int64_t(params.size())});
-    f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
-    f.hn = state_view(hn);
-    f.cn = state_view(cn);
-    f.workspace = em.workspace.data();
-    f.workspace_size = em.ws_bytes;
-    f.reserve = training ? em.reserve.data() : nullptr;
-    f.reserve_size = training ? em.rs_bytes : 0;
-    em.loop().forward(f);
-
-    reference::VariantResult r;
-    r.y = cast_vector<double>(y);
-    r.hn = cast_vector<double>(hn);
-    r.cn = cast_vector<double>(cn);
-    if (!training) return r;
-
-    BackwardArgs<T> b;
-    b.x = f.x;
-    b.lengths = f.lengths;
-    b.h0 = f.h0;
-    b.c0 = f.c0;
-    b.params = f.params;
-    b.y = f.y;
-    b.dy = TensorView<const T>(dy.data(), {seq_len, batch, cfg.output_size()});
-    b.dhn = state_view(dhn);
-    b.dcn = state_view(dcn);
-    b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
-    b.dh0 = state_view(dh0);
-    b.dc0 = state_view(dc0);
-    b.dparams = TensorView<T>(dparams.data(), {int64_t(dparams.size())});
-    b.workspace = em.workspace.data();
-    b.workspace_size = em.ws_bytes;
-    b.reserve = em.reserve.data();
-    b.reserve_size = em.rs_bytes;
-    if (split) {
-        b.part = BackwardPart::data;
-        em.loop().backward(b);
-        b.part = BackwardPart::weights;
-        em.loop().backward(b);
-    } else {
-        em.loop().backward(b);
-    }
-    r.dx = cast_vector<double>(dx);
-    r.dh0 = cast_vector<double>(dh0);
-    r.dc0 = cast_vector<double>(dc0);
-    r.dparams = cast_vector<double>(dparams);
-    if (waits) *waits = em.backend.waits;
-    if (lane1_work) *lane1_work = em.backend.work[1];
+    reference::RunBuffers buffers;
+    buffers.workspace = em.workspace.data();
+    buffers.workspace_size = em.ws_bytes;
+    buffers.reserve = em.reserve.data();
+    buffers.reserve_size = em.rs_bytes;
+    std::vector<BackwardPart> parts;
+    if (training)
+        parts = split ? std::vector<BackwardPart>{BackwardPart::data, BackwardPart::weights}
+                      : std::vector<BackwardPart>{BackwardPart::all};
+    const reference::VariantResult r = reference::run_case_parts<T>(
+        c, buffers, parts, [&](const ForwardArgs<T>& f) { em.loop().forward(f); },
+        [&](const BackwardArgs<T>& b) { em.loop().backward(b); }, before,
+        /*data_sees_dparams=*/true);
+    if (training && waits) *waits = em.backend.waits;
+    if (training && lane1_work) *lane1_work = em.backend.work[1];
     return r;
 }
 

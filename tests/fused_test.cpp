@@ -85,37 +85,7 @@ void check_case(const Shape& s, uint64_t seed, const char* isa) {
 // Inference forward (no reserve) of the fused variant: y, hn, cn in precision T.
 template <typename T>
 VariantResult run_inference(const LstmCase& c) {
-    const Config& cfg = c.in.config;
-    const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
-    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
-    auto x = cast_vector<T>(c.in.x);
-    auto params = cast_vector<T>(c.in.params);
-    auto h0 = cast_vector<T>(c.in.h0), c0 = cast_vector<T>(c.in.c0);
-    std::vector<T> y(seq_len * batch * cfg.output_size()), hn(cells * batch * hidden),
-        cn(hn.size());
-    detail::AlignedBuffer workspace;
-    const size_t ws_bytes = fused_variant().workspace_bytes(cfg, dtype_of<T>(), seq_len, batch);
-    workspace.reserve(ws_bytes);
-    auto state = [&](std::vector<T>& v) {
-        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
-    };
-    ForwardArgs<T> f;
-    f.x = TensorView<const T>(x.data(), {seq_len, batch, cfg.input_size});
-    f.lengths = Span<const int64_t>(c.in.lengths.data(), int64_t(c.in.lengths.size()));
-    f.h0 = state(h0);
-    f.c0 = state(c0);
-    f.params = TensorView<const T>(params.data(), {int64_t(params.size())});
-    f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
-    f.hn = state(hn);
-    f.cn = state(cn);
-    f.workspace = workspace.data();
-    f.workspace_size = ws_bytes;
-    fused_variant().forward(cfg, f);
-    VariantResult r;
-    r.y = cast_vector<double>(y);
-    r.hn = cast_vector<double>(hn);
-    r.cn = cast_vector<double>(cn);
-    return r;
+    return reference::run_variant_parts<T>(fused_variant(), c, {});
 }
 
 void check_identical(const VariantResult& a, const VariantResult& b) {

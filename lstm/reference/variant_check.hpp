@@ -37,35 +37,42 @@ struct VariantResult {
     std::vector<double> y, hn, cn, dx, dh0, dc0, dparams;
 };
 
-// Training forward of `variant` in precision T on `c`, then one backward call per entry of
-// `parts`, all with the same arguments and reserve. dparams starts as `dparams_before` (or
-// zeros); a data call gets an empty dparams view unless `data_sees_dparams` (the interface allows
-// both; the data part must not touch it either way). dx, dh0, dc0 start as NaN, so a call that
-// should write them and does not shows up in any comparison.
-template <typename T>
-VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
-                                const std::vector<BackwardPart>& parts,
-                                const std::vector<double>& dparams_before = {},
-                                bool data_sees_dparams = false) {
+// Where a run's scratch lives (host memory, sized by the code under test).
+struct RunBuffers {
+    void* workspace = nullptr;
+    size_t workspace_size = 0;
+    void* reserve = nullptr;
+    size_t reserve_size = 0;
+};
+
+// Runs anything with the variant call signature on `c` in precision T: forward(ForwardArgs<T>)
+// (a training forward; inference when `parts` is empty, then only y, hn, cn come back), then
+// backward(BackwardArgs<T>) once per entry of `parts`, all with the same arguments and reserve.
+// dparams starts as `dparams_before` (or zeros); a data call gets an empty dparams view unless
+// `data_sees_dparams` (the interface allows both; the data part must not touch it either way).
+// Every output starts as NaN, so a call that should write an element and does not shows up in
+// any comparison. Used for registered variants (run_variant_parts) and for the CUDA loop run on
+// a host backend in the CPU tests.
+template <typename T, typename Forward, typename Backward>
+VariantResult run_case_parts(const LstmCase& c, const RunBuffers& buffers,
+                             const std::vector<BackwardPart>& parts, Forward&& forward,
+                             Backward&& backward, const std::vector<double>& dparams_before = {},
+                             bool data_sees_dparams = false) {
     const Config& cfg = c.in.config;
     const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
     const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
-    const DType dtype = dtype_of<T>();
     auto x = detail::cast_all<T>(c.in.x);
     auto params = detail::cast_all<T>(c.in.params);
     auto h0 = detail::cast_all<T>(c.in.h0), c0 = detail::cast_all<T>(c.in.c0);
     auto dy = detail::cast_all<T>(c.out_grads.dy);
     auto dhn = detail::cast_all<T>(c.out_grads.dhn), dcn = detail::cast_all<T>(c.out_grads.dcn);
     const T nan = std::numeric_limits<T>::quiet_NaN();
-    std::vector<T> y(seq_len * batch * cfg.output_size()), hn(cells * batch * hidden),
-        cn(hn.size()), dx(x.size(), nan), dh0(hn.size(), nan), dc0(hn.size(), nan);
+    const size_t state = static_cast<size_t>(cells * batch * hidden);
+    std::vector<T> y(static_cast<size_t>(seq_len * batch * cfg.output_size()), nan), hn(state, nan),
+        cn(state, nan), dx(x.size(), nan), dh0(state, nan), dc0(state, nan);
     std::vector<T> dparams = dparams_before.empty() ? std::vector<T>(params.size(), T(0))
                                                     : detail::cast_all<T>(dparams_before);
-    lstm::detail::AlignedBuffer workspace, reserve;
-    const size_t ws_bytes = variant.workspace_bytes(cfg, dtype, seq_len, batch);
-    const size_t rs_bytes = variant.reserve_bytes(cfg, dtype, seq_len, batch);
-    workspace.reserve(ws_bytes);
-    reserve.reserve(rs_bytes);
+    const bool training = !parts.empty();
 
     auto state_view = [&](std::vector<T>& v) {
         return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
@@ -79,11 +86,17 @@ VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
     f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
     f.hn = state_view(hn);
     f.cn = state_view(cn);
-    f.workspace = workspace.data();
-    f.workspace_size = ws_bytes;
-    f.reserve = reserve.data();
-    f.reserve_size = rs_bytes;
-    variant.forward(cfg, f);
+    f.workspace = buffers.workspace;
+    f.workspace_size = buffers.workspace_size;
+    f.reserve = training ? buffers.reserve : nullptr;
+    f.reserve_size = training ? buffers.reserve_size : 0;
+    forward(f);
+
+    VariantResult r;
+    r.y = detail::cast_all<double>(y);
+    r.hn = detail::cast_all<double>(hn);
+    r.cn = detail::cast_all<double>(cn);
+    if (!training) return r;
 
     BackwardArgs<T> b;
     b.x = f.x;
@@ -98,27 +111,43 @@ VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
     b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
     b.dh0 = state_view(dh0);
     b.dc0 = state_view(dc0);
-    b.workspace = workspace.data();
-    b.workspace_size = ws_bytes;
-    b.reserve = reserve.data();
-    b.reserve_size = rs_bytes;
+    b.workspace = buffers.workspace;
+    b.workspace_size = buffers.workspace_size;
+    b.reserve = buffers.reserve;
+    b.reserve_size = buffers.reserve_size;
     for (BackwardPart part : parts) {
         b.part = part;
         const bool with_dparams = part != BackwardPart::data || data_sees_dparams;
         b.dparams = with_dparams ? TensorView<T>(dparams.data(), {int64_t(dparams.size())})
                                  : TensorView<T>();
-        variant.backward(cfg, b);
+        backward(b);
     }
-
-    VariantResult r;
-    r.y = detail::cast_all<double>(y);
-    r.hn = detail::cast_all<double>(hn);
-    r.cn = detail::cast_all<double>(cn);
     r.dx = detail::cast_all<double>(dx);
     r.dh0 = detail::cast_all<double>(dh0);
     r.dc0 = detail::cast_all<double>(dc0);
     r.dparams = detail::cast_all<double>(dparams);
     return r;
+}
+
+// Training forward of `variant` in precision T on `c`, then one backward call per entry of
+// `parts` (see run_case_parts), with a workspace and reserve of the sizes the variant asks for.
+template <typename T>
+VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
+                                const std::vector<BackwardPart>& parts,
+                                const std::vector<double>& dparams_before = {},
+                                bool data_sees_dparams = false) {
+    const Config& cfg = c.in.config;
+    const DType dtype = dtype_of<T>();
+    lstm::detail::AlignedBuffer workspace, reserve;
+    RunBuffers buffers;
+    buffers.workspace_size = variant.workspace_bytes(cfg, dtype, c.in.seq_len, c.in.batch);
+    buffers.reserve_size = variant.reserve_bytes(cfg, dtype, c.in.seq_len, c.in.batch);
+    buffers.workspace = workspace.reserve(buffers.workspace_size);
+    buffers.reserve = reserve.reserve(buffers.reserve_size);
+    return run_case_parts<T>(
+        c, buffers, parts, [&](const ForwardArgs<T>& f) { variant.forward(cfg, f); },
+        [&](const BackwardArgs<T>& b) { variant.backward(cfg, b); }, dparams_before,
+        data_sees_dparams);
 }
 
 // Runs training forward then one whole backward (BackwardPart::all) of `variant` in precision T.
