@@ -2,8 +2,9 @@
 
 // `fused` (cpu): the fast CPU variant (TF's LSTMBlockFusedCell, PyTorch's fused LSTMCell). Per
 // layer and direction: the input projection of every valid frame as one GEMM; per step one
-// recurrent GEMM on weights packed once per call, followed by one fused element-wise pass (or,
-// on the AVX-512 path, the pass inside the GEMM's epilogue); backward mirrors it, and the weight
+// recurrent GEMM on weights packed once per call, followed by one fused element-wise pass. The
+// AVX-512 path does both GEMMs of a step in one register tile (no (S, 4H) pre-activations in
+// memory) with the pass in its epilogue. Backward mirrors the loop, and the weight
 // gradients are GEMMs over all steps at once. Rows are sorted by length once per call and kept
 // compact (kernels/cpu/fused_cell.hpp), so every GEMM covers exactly the valid frames.
 //
