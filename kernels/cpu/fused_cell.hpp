@@ -282,8 +282,10 @@ void add_bias_grads(const T* bias_grad, const FusedLayout& lay, BlockRange b, T*
 template <typename T>
 struct ForwardSegment {
     int64_t rows;
-    const T* x;    // (rows, >= in) the step's rows of the layer input, ld_x; read only by kernel
-    int64_t ld_x;  // sets with kProjectsInStep
+    // (rows, >= in) the step's rows of the layer input, ld_x, in features; read only by kernel
+    // sets with kProjectsInStep.
+    const T* x;
+    int64_t ld_x;
     int64_t in;
     const T* h_prev;  // (rows, >= H) h_{t-1}, ld_h_prev
     int64_t ld_h_prev;
