@@ -1,6 +1,7 @@
 // CTC test cases shared by tests/ctc_test.cpp, tests/cuda_loss_host_test.cpp and
-// tests/gpu/losses_test.cpp: the case builders, the comparison with the double oracle, the
-// published values of NUMERICS.md and the random-batch sweep. Each test file brings its own way
+// tests/gpu/losses_test.cpp: the case builders, a case as ctc_loss's arguments, the comparison with
+// the double oracle, the published values of NUMERICS.md, the random-batch sweep and the long
+// inputs where float is checked against double. Each test file brings its own way
 // of running a case (the CPU kernel, the emulated CUDA kernels, the GPU); a run result is any
 // struct with `loss`, `losses` and `grad`.
 #pragma once
@@ -15,12 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "lstm/loss/ctc.hpp"
 #include "lstm/loss/reduction.hpp"
 #include "lstm/reference/ctc_reference.hpp"
 #include "test_util.hpp"
 
 namespace lstm::test::ctc {
 
+using lstm::Span;
+using lstm::TensorView;
 using lstm::loss::Reduction;
 using lstm::reference::CtcReferenceCase;
 using lstm::reference::CtcReferenceResult;
@@ -37,6 +41,56 @@ CtcReferenceCase rounded(CtcReferenceCase c) {
     for (double& v : c.input) v = static_cast<double>(static_cast<T>(v));
     return c;
 }
+
+// A case as lstm::loss::ctc_loss takes it: inputs rounded to T, targets padded or concatenated,
+// and NaN-filled outputs, so that an element the loss leaves unwritten shows. Padded targets get
+// S = longest + 2 with `garbage` past each target length, cycled by position, values that must
+// never be read. Owns what its views point into, hence neither copied nor moved.
+template <typename T>
+struct CtcCall {
+    std::vector<T> input;
+    std::vector<int64_t> targets, target_lengths;
+    std::vector<T> grad;    // (T, N, C); in the outputs only when asked for
+    std::vector<T> losses;  // (N)
+    lstm::loss::CtcArgs<T> args;
+    lstm::loss::CtcOutputs<T> outputs;
+
+    CtcCall(const CtcReferenceCase& c, Targets layout, const std::vector<int64_t>& garbage,
+            bool with_grad)
+        : input(lstm::test::cast_vector<T>(c.input)), target_lengths(c.batch) {
+        size_t longest = 0;
+        for (const auto& t : c.targets) longest = std::max(longest, t.size());
+        const int64_t stride = static_cast<int64_t>(longest) + 2;
+        for (int64_t n = 0; n < c.batch; ++n) {
+            const auto& t = c.targets[n];
+            target_lengths[n] = static_cast<int64_t>(t.size());
+            targets.insert(targets.end(), t.begin(), t.end());
+            if (layout == Targets::padded)
+                for (int64_t i = static_cast<int64_t>(t.size()); i < stride; ++i)
+                    targets.push_back(garbage[static_cast<size_t>(i) % garbage.size()]);
+        }
+        const TensorView<const T> view(input.data(), {c.max_time, c.batch, c.classes});
+        (c.logits ? args.logits : args.log_probs) = view;
+        args.targets =
+            layout == Targets::padded
+                ? TensorView<const int64_t>(targets.data(), {c.batch, stride})
+                : TensorView<const int64_t>(targets.data(), {static_cast<int64_t>(targets.size())});
+        args.input_lengths = Span<const int64_t>(c.input_lengths.data(), c.batch);
+        args.target_lengths = Span<const int64_t>(target_lengths.data(), c.batch);
+        args.blank = c.blank;
+        args.reduction = c.reduction;
+        args.zero_infinity = c.zero_infinity;
+
+        grad.assign(input.size(), std::numeric_limits<T>::quiet_NaN());
+        losses.assign(c.batch, std::numeric_limits<T>::quiet_NaN());
+        if (with_grad)
+            (c.logits ? outputs.grad_logits : outputs.grad_log_probs) =
+                TensorView<T>(grad.data(), {c.max_time, c.batch, c.classes});
+        outputs.losses = TensorView<T>(losses.data(), {c.batch});
+    }
+    CtcCall(const CtcCall&) = delete;
+    CtcCall& operator=(const CtcCall&) = delete;
+};
 
 // A random case: logits uniform in [-scale, scale], labels from a small alphabet so repeats occur.
 inline CtcReferenceCase random_case(int64_t max_time, std::vector<int64_t> input_lengths,
@@ -238,6 +292,61 @@ void check_random_batches(const std::vector<BatchShape>& shapes, uint64_t seed, 
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long inputs: float against the double reference
+// ---------------------------------------------------------------------------------------------
+
+// `c` (blank 0) with "peaky" logits like those of a trained model, which a float recursion gets
+// wrong: noise, the blank dominant, and each label spiking once near the start of its segment of
+// the sample's frames, where alpha spans thousands of nats. Padding frames are plain noise.
+inline CtcReferenceCase peaky_case(CtcReferenceCase c, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> noise(0.0, 1.0);
+    for (int64_t n = 0; n < c.batch; ++n) {
+        const auto& labels = c.targets[n];
+        const int64_t frames = c.input_lengths[n];
+        const auto count = static_cast<int64_t>(labels.size());
+        for (int64_t t = 0; t < c.max_time; ++t) {
+            double* row = c.input.data() + (t * c.batch + n) * c.classes;
+            for (int64_t k = 0; k < c.classes; ++k) row[k] = 2.0 * noise(rng);
+            row[0] += 8.0;
+            if (t < frames && t * count % frames < 3 * count)
+                row[labels[t * count / frames]] += 14.0;
+        }
+    }
+    return c;
+}
+
+// `random` and `peaky`, each as logits and as log-probs, reduction sum, inputs rounded to float:
+// `check(case)` under an INFO that names it.
+template <typename Check>
+void for_each_long_case(const CtcReferenceCase& random, const CtcReferenceCase& peaky,
+                        Check check) {
+    for (const CtcReferenceCase* base : {&random, &peaky}) {
+        for (const bool logits : {true, false}) {
+            INFO((base == &random ? "random" : "peaky") << (logits ? " logits" : " log_probs"));
+            CtcReferenceCase c = *base;
+            c.reduction = Reduction::sum;
+            c.logits = logits;
+            if (!logits) c.input = lstm::reference::log_softmax_rows(c.input, c.classes);
+            check(rounded<float>(c));
+        }
+    }
+}
+
+// A float run of a long case against the double reference: gradient within 1e-4 and loss within
+// 1e-6, relative; the errors are reported either way.
+template <template <typename> class Result>
+void check_float_accuracy(const Result<float>& got, const CtcReferenceResult& want) {
+    const double grad_error = relative_error(got.grad, want.grad);
+    const double loss_error =
+        std::abs(static_cast<double>(got.loss) - want.loss) / std::abs(want.loss);
+    UNSCOPED_INFO("float: gradient relative error " << grad_error << ", loss relative error "
+                                                    << loss_error << ", loss " << want.loss);
+    CHECK(grad_error <= 1e-4);
+    CHECK(loss_error <= 1e-6);
 }
 
 // Braun's CTC shape: T 1000, N 32, C 59, 100 labels, input lengths linspace(500, 1000, 32) (or

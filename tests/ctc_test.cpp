@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -53,54 +54,23 @@ struct Run {
     std::vector<T> losses;  // (N)
 };
 
-// Runs lstm::loss::ctc_loss on the case with inputs rounded to T. Padded targets get S = longest
-// + 2 with garbage (-5, blank, 10^6) past each target length, which must never be read.
+// Runs lstm::loss::ctc_loss on the case with inputs rounded to T. Padded targets carry the
+// garbage -5, blank, 10^6 past each target length.
 template <typename T>
 Run<T> run_ctc(const CtcReferenceCase& c, Targets layout = Targets::padded, bool with_grad = true,
                size_t workspace_threads = 0) {
-    const std::vector<T> input = lstm::test::cast_vector<T>(c.input);
-    std::vector<int64_t> target_lengths(c.batch), flat;
-    size_t longest = 0;
-    for (const auto& t : c.targets) longest = std::max(longest, t.size());
-    const int64_t stride = static_cast<int64_t>(longest) + 2;
-    for (int64_t n = 0; n < c.batch; ++n) {
-        const auto& t = c.targets[n];
-        target_lengths[n] = static_cast<int64_t>(t.size());
-        flat.insert(flat.end(), t.begin(), t.end());
-        if (layout == Targets::padded) {
-            const int64_t garbage[] = {-5, c.blank, 1000000};
-            for (int64_t i = static_cast<int64_t>(t.size()); i < stride; ++i)
-                flat.push_back(garbage[i % 3]);
-        }
-    }
-    CtcArgs<T> args;
-    const TensorView<const T> view(input.data(), {c.max_time, c.batch, c.classes});
-    (c.logits ? args.logits : args.log_probs) = view;
-    args.targets =
-        layout == Targets::padded
-            ? TensorView<const int64_t>(flat.data(), {c.batch, stride})
-            : TensorView<const int64_t>(flat.data(), {static_cast<int64_t>(flat.size())});
-    args.input_lengths = Span<const int64_t>(c.input_lengths.data(), c.batch);
-    args.target_lengths = Span<const int64_t>(target_lengths.data(), c.batch);
-    args.blank = c.blank;
-    args.reduction = c.reduction;
-    args.zero_infinity = c.zero_infinity;
-
+    lstm::test::ctc::CtcCall<T> call(c, layout, {-5, c.blank, 1000000}, with_grad);
     Run<T> out;
-    out.grad.assign(input.size(), std::numeric_limits<T>::quiet_NaN());
-    out.losses.assign(c.batch, std::numeric_limits<T>::quiet_NaN());
-    CtcOutputs<T> outputs;
-    if (with_grad)
-        (c.logits ? outputs.grad_logits : outputs.grad_log_probs) =
-            TensorView<T>(out.grad.data(), {c.max_time, c.batch, c.classes});
-    outputs.losses = TensorView<T>(out.losses.data(), {c.batch});
     if (workspace_threads == 0) {
-        out.loss = lstm::loss::ctc_loss(args, outputs);
+        out.loss = lstm::loss::ctc_loss(call.args, call.outputs);
     } else {
         std::vector<unsigned char> workspace(
-            lstm::loss::ctc_workspace_bytes(args, static_cast<int>(workspace_threads)));
-        out.loss = lstm::loss::ctc_loss(args, outputs, workspace.data(), workspace.size());
+            lstm::loss::ctc_workspace_bytes(call.args, static_cast<int>(workspace_threads)));
+        out.loss =
+            lstm::loss::ctc_loss(call.args, call.outputs, workspace.data(), workspace.size());
     }
+    out.grad = std::move(call.grad);
+    out.losses = std::move(call.losses);
     return out;
 }
 
@@ -628,54 +598,24 @@ TEST_CASE("ctc at T = 5000: float agrees with the double reference (grad 1e-4, l
     // spans thousands of nats. The reference runs in double on the float-rounded inputs, so the
     // difference is the float computation's own error.
     const int64_t T = 5000, C = 40, L = 300;
-    CtcReferenceCase random = random_case(T, {T, 4321}, {L, 200}, C, 0, 2024, 3.0);
-    CtcReferenceCase peaky = random;
-    std::mt19937_64 rng(99);
-    std::normal_distribution<double> noise(0.0, 1.0);
-    for (int64_t n = 0; n < peaky.batch; ++n) {
-        const auto& labels = peaky.targets[n];
-        const int64_t frames = peaky.input_lengths[n];
-        for (int64_t t = 0; t < T; ++t) {
-            double* row = peaky.input.data() + (t * peaky.batch + n) * C;
-            for (int64_t k = 0; k < C; ++k) row[k] = 2.0 * noise(rng);
-            row[0] += 8.0;              // blank
-            if (t >= frames) continue;  // padding: plain noise
-            // A spike near the start of each label's segment of the sample's frames.
-            const int64_t count = static_cast<int64_t>(labels.size());
-            if (t * count % frames < 3 * count) row[labels[t * count / frames]] += 14.0;
-        }
-    }
-    for (const CtcReferenceCase* base : {&random, &peaky}) {
-        for (const bool logits : {true, false}) {
-            INFO((base == &random ? "random" : "peaky") << (logits ? " logits" : " log_probs"));
-            CtcReferenceCase c = *base;
-            c.reduction = Reduction::sum;
-            c.logits = logits;
-            if (!logits) c.input = lstm::reference::log_softmax_rows(c.input, C);
-            c = rounded<float>(c);
-            const CtcReferenceResult want = lstm::reference::ctc_reference(c);
-            const Run<float> got = run_ctc<float>(c);
-            const double grad_error = relative_error(got.grad, want.grad);
-            const double loss_error =
-                std::abs(static_cast<double>(got.loss) - want.loss) / std::abs(want.loss);
-            UNSCOPED_INFO("float: gradient relative error "
-                          << grad_error << ", loss relative error " << loss_error << ", loss "
-                          << want.loss);
-            CHECK(grad_error <= 1e-4);
-            CHECK(loss_error <= 1e-6);
-            for (int64_t n = 0; n < c.batch; ++n)
-                CHECK(std::abs(static_cast<double>(got.losses[n]) - want.losses[n]) <=
-                      1e-6 * std::abs(want.losses[n]));
-            // In double the kernel agrees with the reference to the precision double itself has
-            // here: log alpha reaches 2e4, whose spacing is 4e-12, and 5000 roundings of it
-            // random-walk to about 1e-10 in the log-probability of an occupation.
-            const Run<double> exact = run_ctc<double>(c);
-            const double exact_error = relative_error(exact.grad, want.grad);
-            UNSCOPED_INFO("double: gradient relative error " << exact_error);
-            CHECK(exact_error <= 1e-9);
-            CHECK(exact.loss == Approx(want.loss).epsilon(1e-12));
-        }
-    }
+    const CtcReferenceCase random = random_case(T, {T, 4321}, {L, 200}, C, 0, 2024, 3.0);
+    const CtcReferenceCase peaky = lstm::test::ctc::peaky_case(random, 99);
+    lstm::test::ctc::for_each_long_case(random, peaky, [](const CtcReferenceCase& c) {
+        const CtcReferenceResult want = lstm::reference::ctc_reference(c);
+        const Run<float> got = run_ctc<float>(c);
+        lstm::test::ctc::check_float_accuracy(got, want);
+        for (int64_t n = 0; n < c.batch; ++n)
+            CHECK(std::abs(static_cast<double>(got.losses[n]) - want.losses[n]) <=
+                  1e-6 * std::abs(want.losses[n]));
+        // In double the kernel agrees with the reference to the precision double itself has
+        // here: log alpha reaches 2e4, whose spacing is 4e-12, and 5000 roundings of it
+        // random-walk to about 1e-10 in the log-probability of an occupation.
+        const Run<double> exact = run_ctc<double>(c);
+        const double exact_error = relative_error(exact.grad, want.grad);
+        UNSCOPED_INFO("double: gradient relative error " << exact_error);
+        CHECK(exact_error <= 1e-9);
+        CHECK(exact.loss == Approx(want.loss).epsilon(1e-12));
+    });
 }
 
 TEMPLATE_TEST_CASE("ctc at T = 5000 with uniform inputs equals T ln C - ln C(T + L - R, 2L)",

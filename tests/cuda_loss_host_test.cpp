@@ -30,22 +30,11 @@
 namespace {
 
 namespace kc = lstm::kernels::cuda;
-using lstm::Span;
-using lstm::TensorView;
 using lstm::loss::CtcArgs;
 using lstm::loss::CtcBackend;
 using lstm::loss::CtcOutputs;
-using lstm::loss::Reduction;
-using lstm::reference::CtcReferenceCase;
-using lstm::reference::CtcReferenceResult;
-
-using lstm::test::ctc::check_against_reference;
-using lstm::test::ctc::kInf;
-using lstm::test::ctc::kReductions;
-using lstm::test::ctc::random_case;
-using lstm::test::ctc::relative_error;
-using lstm::test::ctc::rounded;
-using lstm::test::ctc::Targets;
+// The shared CTC cases, and with them Span, TensorView, Reduction and the reference's types.
+using namespace lstm::test::ctc;
 
 // ---------------------------------------------------------------------------------------------
 // Emulating the CTC kernels
@@ -126,6 +115,12 @@ void emulate_gradient(const kc::CtcArgs<T>& a) {
     }
 }
 
+// A piece of the scratch at `offset` bytes from `base`, typed.
+template <typename P>
+P* piece(unsigned char* base, size_t offset) {
+    return reinterpret_cast<P*>(base + offset);
+}
+
 template <typename T>
 struct Emulated {
     T loss = 0;
@@ -140,80 +135,36 @@ struct Emulated {
 template <typename T>
 Emulated<T> emulate_ctc(const CtcReferenceCase& c, Targets layout = Targets::padded,
                         bool with_grad = true, const RecursionConfig& config = {}) {
-    const std::vector<T> input = lstm::test::cast_vector<T>(c.input);
-    std::vector<int64_t> target_lengths(c.batch), flat;
-    size_t longest = 0;
-    for (const auto& t : c.targets) longest = std::max(longest, t.size());
-    const int64_t stride = static_cast<int64_t>(longest) + 2;
-    for (int64_t n = 0; n < c.batch; ++n) {
-        const auto& t = c.targets[n];
-        target_lengths[n] = static_cast<int64_t>(t.size());
-        flat.insert(flat.end(), t.begin(), t.end());
-        if (layout == Targets::padded)  // garbage that must never be read
-            for (int64_t i = static_cast<int64_t>(t.size()); i < stride; ++i)
-                flat.push_back(i % 2 ? -7 : 1000000);
-    }
-    CtcArgs<T> args;
-    const TensorView<const T> view(input.data(), {c.max_time, c.batch, c.classes});
-    (c.logits ? args.logits : args.log_probs) = view;
-    args.targets =
-        layout == Targets::padded
-            ? TensorView<const int64_t>(flat.data(), {c.batch, stride})
-            : TensorView<const int64_t>(flat.data(), {static_cast<int64_t>(flat.size())});
-    args.input_lengths = Span<const int64_t>(c.input_lengths.data(), c.batch);
-    args.target_lengths = Span<const int64_t>(target_lengths.data(), c.batch);
-    args.blank = c.blank;
-    args.reduction = c.reduction;
-    args.zero_infinity = c.zero_infinity;
-
-    Emulated<T> out;
-    out.grad.assign(input.size(), std::numeric_limits<T>::quiet_NaN());
-    out.losses.assign(c.batch, std::numeric_limits<T>::quiet_NaN());
-    CtcOutputs<T> outputs;
-    if (with_grad)
-        (c.logits ? outputs.grad_logits : outputs.grad_log_probs) =
-            TensorView<T>(out.grad.data(), {c.max_time, c.batch, c.classes});
-    outputs.losses = TensorView<T>(out.losses.data(), {c.batch});
-    const auto dims = lstm::loss::ctc_detail::validate(args, outputs);
+    // Garbage past each padded target length that must never be read.
+    lstm::test::ctc::CtcCall<T> call(c, layout, {1000000, -7}, with_grad);
+    const auto dims = lstm::loss::ctc_detail::validate(call.args, call.outputs);
     const lstm::kernels::cpu::CtcProblem<T> p =
-        lstm::loss::ctc_detail::problem(args, outputs, dims);
+        lstm::loss::ctc_detail::problem(call.args, call.outputs, dims);
 
     // The device scratch, NaN-filled so that anything read before it is written shows.
     const kc::CtcSizes sizes = kc::ctc_sizes(p.batch, p.input_lengths, p.target_lengths);
     const kc::CtcLayout l = kc::ctc_layout(p.max_time, p.batch, sizes);
     std::vector<double> device(l.bytes / sizeof(double), std::numeric_limits<double>::quiet_NaN());
     std::vector<double> staging(l.upload_bytes / sizeof(double) + 1);
-    kc::CtcHostInputs in;
-    in.batch = p.batch;
-    in.targets = p.targets;
-    in.target_stride = p.target_stride;
-    in.input_lengths = p.input_lengths;
-    in.target_lengths = p.target_lengths;
-    in.grad_scale = p.grad_scale;
-    in.divide_by_target_length = p.divide_by_target_length;
-    kc::ctc_fill_upload(in, l, staging.data());
+    kc::ctc_fill_upload({p.batch, p.targets, p.target_stride, p.input_lengths, p.target_lengths,
+                         p.grad_scale, p.divide_by_target_length},
+                        l, staging.data());
     auto* base = reinterpret_cast<unsigned char*>(device.data());
     std::memcpy(base, staging.data(), l.upload_bytes);
 
-    kc::CtcArgs<T> a;
-    a.max_time = p.max_time;
-    a.batch = p.batch;
-    a.classes = p.classes;
-    a.input = p.input;
-    a.logits = p.logits;
-    a.blank = p.blank;
-    a.zero_infinity = p.zero_infinity;
-    a.samples = reinterpret_cast<const kc::CtcSample*>(base + l.samples);
-    a.labels = reinterpret_cast<const int32_t*>(base + l.labels);
-    a.order = reinterpret_cast<const int32_t*>(base + l.order);
-    a.log_norm = reinterpret_cast<double*>(base + l.log_norm);
-    a.alpha = reinterpret_cast<double*>(base + l.alpha);
-    a.beta = reinterpret_cast<double*>(base + l.beta);
-    a.ring = reinterpret_cast<double*>(base + l.ring);
+    // The problem's own fields, then the scratch pieces where the layout puts them.
+    kc::CtcArgs<T> a{p.max_time, p.batch, p.classes, p.input, p.logits, p.blank, p.zero_infinity};
+    a.samples = piece<const kc::CtcSample>(base, l.samples);
+    a.labels = piece<const int32_t>(base, l.labels);
+    a.order = piece<const int32_t>(base, l.order);
+    a.log_norm = piece<double>(base, l.log_norm);
+    a.alpha = piece<double>(base, l.alpha);
+    a.beta = piece<double>(base, l.beta);
+    a.ring = piece<double>(base, l.ring);
     a.max_states = sizes.max_states;
-    a.loglik = reinterpret_cast<double*>(base + l.loglik);
-    a.losses = reinterpret_cast<double*>(base + l.losses);
-    a.losses_out = out.losses.data();
+    a.loglik = piece<double>(base, l.loglik);
+    a.losses = piece<double>(base, l.losses);
+    a.losses_out = call.losses.data();
     a.grad = p.grad;
     emulate_log_norm(a);
     emulate_recursions(a, config);
@@ -221,13 +172,17 @@ Emulated<T> emulate_ctc(const CtcReferenceCase& c, Targets layout = Targets::pad
 
     double total = 0;
     for (int64_t n = 0; n < p.batch; ++n)
-        total += c.reduction == Reduction::mean
-                     ? a.losses[n] / static_cast<double>(std::max<int64_t>(target_lengths[n], 1))
-                     : a.losses[n];
+        total +=
+            c.reduction == Reduction::mean
+                ? a.losses[n] / static_cast<double>(std::max<int64_t>(call.target_lengths[n], 1))
+                : a.losses[n];
     if (c.reduction == Reduction::mean)
         total = p.batch == 0 ? std::numeric_limits<double>::quiet_NaN()
                              : total / static_cast<double>(p.batch);
+    Emulated<T> out;
     out.loss = static_cast<T>(total);
+    out.grad = std::move(call.grad);
+    out.losses = std::move(call.losses);
     out.alpha.assign(a.alpha, a.alpha + sizes.total_states);
     out.beta.assign(a.beta, a.beta + sizes.total_states);
     return out;
@@ -353,44 +308,15 @@ TEST_CASE("cuda ctc kernels at T = 1000+: float agrees with the double reference
     // Random and peaky (trained-model-like) logits at T = 1500, as the CPU test does at 5000:
     // the double recursion leaves only float's final rounding.
     const int64_t T = 1500, C = 30;
-    CtcReferenceCase random = random_case(T, {T, 1234}, {150, 90}, C, 0, 2025, 3.0);
-    CtcReferenceCase peaky = random;
-    std::mt19937_64 rng(7);
-    std::normal_distribution<double> noise(0.0, 1.0);
-    for (int64_t n = 0; n < peaky.batch; ++n) {
-        const auto& labels = peaky.targets[n];
-        const int64_t frames = peaky.input_lengths[n];
-        const auto count = static_cast<int64_t>(labels.size());
-        for (int64_t t = 0; t < T; ++t) {
-            double* row = peaky.input.data() + (t * peaky.batch + n) * C;
-            for (int64_t k = 0; k < C; ++k) row[k] = 2.0 * noise(rng);
-            row[0] += 8.0;
-            if (t < frames && t * count % frames < 3 * count)
-                row[labels[t * count / frames]] += 14.0;
-        }
-    }
-    for (const CtcReferenceCase* base : {&random, &peaky}) {
-        for (const bool logits : {true, false}) {
-            INFO((base == &random ? "random" : "peaky") << (logits ? " logits" : " log_probs"));
-            CtcReferenceCase c = *base;
-            c.reduction = Reduction::sum;
-            c.logits = logits;
-            if (!logits) c.input = lstm::reference::log_softmax_rows(c.input, C);
-            c = rounded<float>(c);
-            const CtcReferenceResult want = lstm::reference::ctc_reference(c);
-            const Emulated<float> got = emulate_ctc<float>(c);
-            const double grad_error = relative_error(got.grad, want.grad);
-            const double loss_error =
-                std::abs(static_cast<double>(got.loss) - want.loss) / std::abs(want.loss);
-            UNSCOPED_INFO("float: gradient relative error "
-                          << grad_error << ", loss relative error " << loss_error);
-            CHECK(grad_error <= 1e-4);
-            CHECK(loss_error <= 1e-6);
-            const Emulated<double> exact = emulate_ctc<double>(c);
-            CHECK(relative_error(exact.grad, want.grad) <= 1e-9);
-            CHECK(exact.loss == Approx(want.loss).epsilon(1e-12));
-        }
-    }
+    const CtcReferenceCase random = random_case(T, {T, 1234}, {150, 90}, C, 0, 2025, 3.0);
+    const CtcReferenceCase peaky = lstm::test::ctc::peaky_case(random, 7);
+    lstm::test::ctc::for_each_long_case(random, peaky, [](const CtcReferenceCase& c) {
+        const CtcReferenceResult want = lstm::reference::ctc_reference(c);
+        lstm::test::ctc::check_float_accuracy(emulate_ctc<float>(c), want);
+        const Emulated<double> exact = emulate_ctc<double>(c);
+        CHECK(relative_error(exact.grad, want.grad) <= 1e-9);
+        CHECK(exact.loss == Approx(want.loss).epsilon(1e-12));
+    });
 }
 
 TEST_CASE("cuda ctc kernels on Braun's CTC shape match the CPU ctc_loss", "[cuda_loss_host]") {

@@ -138,21 +138,11 @@ void check_style(LoopStyle style, const Shape& s, uint64_t seed) {
     const auto ref = reference::lstm_forward(c.in);
     const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
     const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
-    std::vector<double> want_dparams = ref_grads.dparams;
-    for (size_t k = 0; k < before.size(); ++k)
-        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
     const auto got = emulate<T>(style, c, true, false, before);
-    const DType dt = dtype_of<T>();
-    const double fwd = lstm_rtol(dt, s.config, s.seq_len, Pass::forward);
-    const double bwd = lstm_rtol(dt, s.config, s.seq_len, Pass::backward);
-    INFO("style " << cuda::to_string(style) << ", " << to_string(dt) << ", case: " << s.name);
-    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+    INFO("style " << cuda::to_string(style) << ", " << to_string(dtype_of<T>())
+                  << ", case: " << s.name);
+    check_close_to_reference(got, ref, ref_grads, accumulated<T>(ref_grads.dparams, before),
+                             rtol_for<T>(c));
     // Padded positions are exactly zero (they were NaN before the call).
     const int64_t F = s.config.output_size(), I = s.config.input_size;
     for (int64_t n = 0; n < s.batch; ++n) {

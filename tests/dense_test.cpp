@@ -104,26 +104,12 @@ TEST_CASE("Dense backward matches central finite differences in double", "[nn]")
 
         const double h = 1e-6;
         std::vector<double> fd_params(static_cast<size_t>(dense.parameter_count()));
-        for (size_t i = 0; i < fd_params.size(); ++i) {
-            double& p = dense.parameters()[static_cast<int64_t>(i)];
-            const double saved = p;
-            p = saved + h;
-            const double up = loss();
-            p = saved - h;
-            const double down = loss();
-            p = saved;
-            fd_params[i] = (up - down) / (2 * h);
-        }
+        for (size_t i = 0; i < fd_params.size(); ++i)
+            fd_params[i] = lstm::test::central_difference(
+                dense.parameters()[static_cast<int64_t>(i)], h, loss);
         std::vector<double> fd_x(x.size());
-        for (size_t i = 0; i < x.size(); ++i) {
-            const double saved = x[i];
-            x[i] = saved + h;
-            const double up = loss();
-            x[i] = saved - h;
-            const double down = loss();
-            x[i] = saved;
-            fd_x[i] = (up - down) / (2 * h);
-        }
+        for (size_t i = 0; i < x.size(); ++i)
+            fd_x[i] = lstm::test::central_difference(x[i], h, loss);
         LSTM_CHECK_CLOSE(
             lstm::test::compare("dparams", to_vector(dense.gradients()), fd_params, 1e-9, 1e-7));
         LSTM_CHECK_CLOSE(lstm::test::compare("dx", dx, fd_x, 1e-9, 1e-7));
@@ -290,26 +276,11 @@ TEST_CASE("A last-step classification head matches finite differences end to end
 
     const double h = 1e-6;
     std::vector<double> fd_y(y.size());
-    for (size_t i = 0; i < y.size(); ++i) {
-        const double saved = y[i];
-        y[i] = saved + h;
-        const double up = loss();
-        y[i] = saved - h;
-        const double down = loss();
-        y[i] = saved;
-        fd_y[i] = (up - down) / (2 * h);
-    }
+    for (size_t i = 0; i < y.size(); ++i) fd_y[i] = lstm::test::central_difference(y[i], h, loss);
     std::vector<double> fd_params(static_cast<size_t>(head.parameter_count()));
-    for (size_t i = 0; i < fd_params.size(); ++i) {
-        double& p = head.parameters()[static_cast<int64_t>(i)];
-        const double saved = p;
-        p = saved + h;
-        const double up = loss();
-        p = saved - h;
-        const double down = loss();
-        p = saved;
-        fd_params[i] = (up - down) / (2 * h);
-    }
+    for (size_t i = 0; i < fd_params.size(); ++i)
+        fd_params[i] =
+            lstm::test::central_difference(head.parameters()[static_cast<int64_t>(i)], h, loss);
     LSTM_CHECK_CLOSE(lstm::test::compare("dy", dy, fd_y, 1e-9, 1e-6));
     LSTM_CHECK_CLOSE(
         lstm::test::compare("dparams", to_vector(head.gradients()), fd_params, 1e-9, 1e-6));

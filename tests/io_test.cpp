@@ -16,21 +16,16 @@
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
 #include "lstm/reference/lstm_reference.hpp"
+#include "test_data.hpp"
 #include "test_util.hpp"
 #include "tolerance.hpp"
-
-#ifndef LSTM_TEST_DATA_DIR
-#define LSTM_TEST_DATA_DIR "tests/data"
-#endif
 
 using namespace lstm;
 using namespace lstm::io;
 
 namespace {
 
-std::string data_path(const std::string& name) {
-    return std::string(LSTM_TEST_DATA_DIR) + "/" + name;
-}
+using lstm::test::data_path;
 
 // A file from a header text and a data buffer, with the length prefix filled in, so each test
 // states the exact malformation it checks.

@@ -92,6 +92,19 @@ Comparison compare(const std::string& what, const std::vector<A>& got, const std
     return compare(what, got.data(), want.data(), got.size(), atol, rtol);
 }
 
+// d loss() / d value by central differences with step h; `loss` reads `value` (by reference), which
+// is restored afterwards.
+template <typename Loss>
+double central_difference(double& value, double h, Loss&& loss) {
+    const double saved = value;
+    value = saved + h;
+    const double up = loss();
+    value = saved - h;
+    const double down = loss();
+    value = saved;
+    return (up - down) / (2 * h);
+}
+
 // True when every element is finite.
 template <typename T>
 bool all_finite(const std::vector<T>& v) {

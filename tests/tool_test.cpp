@@ -18,21 +18,25 @@
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
 #include "lstm/registry.hpp"
+#include "test_data.hpp"
 #include "test_util.hpp"
 #include "tolerance.hpp"
-
-#ifndef LSTM_TEST_DATA_DIR
-#define LSTM_TEST_DATA_DIR "tests/data"
-#endif
 
 using namespace lstm;
 using namespace lstm::io;
 
+// The exit code of a failing run and a part of its message. A macro, not a function, so that a
+// failure names the line of its case.
+#define LSTM_CHECK_TOOL_ERROR(run_expr, code, message)       \
+    do {                                                     \
+        const ToolRun lstm_run_ = (run_expr);                \
+        CHECK(lstm_run_.rc == (code));                       \
+        CHECK_THAT(lstm_run_.err, Catch::Contains(message)); \
+    } while (0)
+
 namespace {
 
-std::string data_path(const std::string& name) {
-    return std::string(LSTM_TEST_DATA_DIR) + "/" + name;
-}
+using lstm::test::data_path;
 
 // A scratch folder of this process, removed at the end of the test case.
 struct Scratch {
@@ -58,6 +62,18 @@ ToolRun invoke(const std::vector<std::string>& args) {
     std::ostringstream out, err;
     const int rc = lstm::tool::run_tool(args, out, err);
     return {rc, out.str(), err.str()};
+}
+
+// `good` without its tensor `drop` ("" for none) and with `add` (null for none), written to
+// `path`: inputs that break one rule each.
+std::string write_edited(const TensorFile& good, const std::string& drop, const Tensor* add,
+                         const std::string& path) {
+    TensorFile f;
+    for (const Tensor& t : good.tensors())
+        if (t.name != drop) f.add(t);
+    if (add) f.add(*add);
+    write_safetensors(path, f);
+    return path;
 }
 
 // The fixture's inputs with every floating tensor widened to F64 (exact), for the double path.
@@ -248,47 +264,41 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
         CHECK(r.rc == 0);
         CHECK_THAT(r.out, Contains(std::string("usage: lstm_tool ") + command));
     }
-    r = invoke({"train"});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("unknown command 'train'"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"train"}), 2, "unknown command 'train'");
     r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--verbose"});
     CHECK(r.rc == 2);
     CHECK_THAT(r.err, Contains("unknown option '--verbose'"));
     CHECK_THAT(r.err, Contains("see lstm_tool lstm --help"));
-    r = invoke({"lstm", "--params", params, "--inputs", inputs});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("missing required option --out"));
-    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out"});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("option --out needs a value"));
-    r = invoke({"lstm", "--params", params, "--params", params, "--inputs", inputs, "--out", out});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("--params is given more than once"));
-    r = invoke(
-        {"lstm", "--params", scratch("missing.safetensors"), "--inputs", inputs, "--out", out});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err,
-               Contains("--params: file '" + scratch("missing.safetensors") + "' does not exist"));
-    r = invoke({"lstm", "--params", params, "--inputs", scratch.dir.string(), "--out", out});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("is not a regular file"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", params, "--inputs", inputs}), 2,
+                          "missing required option --out");
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", params, "--inputs", inputs, "--out"}), 2,
+                          "option --out needs a value");
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"lstm", "--params", params, "--params", params, "--inputs", inputs, "--out", out}),
+        2, "--params is given more than once");
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", scratch("missing.safetensors"), "--inputs",
+                                  inputs, "--out", out}),
+                          2,
+                          "--params: file '" + scratch("missing.safetensors") + "' does not exist");
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"lstm", "--params", params, "--inputs", scratch.dir.string(), "--out", out}), 2,
+        "is not a regular file");
     r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--device", "gpu"});
     CHECK(r.rc == 2);
-    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--backward=yes"});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("--backward takes no value"));
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--backward=yes"}), 2,
+        "--backward takes no value");
     r = invoke({"info"});
     CHECK(r.rc == 2);
     r = invoke({"info", params, inputs});
     CHECK(r.rc == 2);
 
     // Failures of the work itself: exit code 1 and a message naming the problem.
-    r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--variant", "nope"});
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("variant 'nope' on cpu is not built into this binary"));
-    r = invoke({"lstm", "--params", inputs, "--inputs", inputs, "--out", out});
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("not an nn.LSTM state_dict"));
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--variant", "nope"}),
+        1, "variant 'nope' on cpu is not built into this binary");
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", inputs, "--inputs", inputs, "--out", out}), 1,
+                          "not an nn.LSTM state_dict");
     r = invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--device", "cuda"});
     if (variants_on(Device::cuda).empty()) {
         CHECK(r.rc == 1);
@@ -301,57 +311,36 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
     // Inputs that do not fit the model.
     const TensorFile good = read_safetensors(inputs);
     auto with = [&](const std::string& drop, const Tensor* add) {
-        TensorFile f;
-        for (const Tensor& t : good.tensors())
-            if (t.name != drop) f.add(t);
-        if (add) f.add(*add);
-        const std::string path = scratch("edited.safetensors");
-        write_safetensors(path, f);
+        const std::string path = write_edited(good, drop, add, scratch("edited.safetensors"));
         return invoke({"lstm", "--params", params, "--inputs", path, "--out", out, "--backward"});
     };
     const Tensor wide_x = Tensor::from("x", {5, 2, 4}, std::vector<float>(40, 0.0f));
-    r = with("x", &wide_x);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensor 'x' has input size 4 (shape (5, 2, 4)) but the LSTM in"));
-    r = with("x", nullptr);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("no tensor named 'x'"));
+    LSTM_CHECK_TOOL_ERROR(with("x", &wide_x), 1,
+                          "tensor 'x' has input size 4 (shape (5, 2, 4)) but the LSTM in");
+    LSTM_CHECK_TOOL_ERROR(with("x", nullptr), 1, "no tensor named 'x'");
     const Tensor typo = Tensor::from("h_0", {1, 2, 4}, std::vector<float>(8, 0.0f));
-    r = with("", &typo);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensors the lstm command does not read: 'h_0'"));
-    r = with("dy", nullptr);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("--backward needs tensor 'dy' (T, N, D*H) = (5, 2, 4)"));
+    LSTM_CHECK_TOOL_ERROR(with("", &typo), 1, "tensors the lstm command does not read: 'h_0'");
+    LSTM_CHECK_TOOL_ERROR(with("dy", nullptr), 1,
+                          "--backward needs tensor 'dy' (T, N, D*H) = (5, 2, 4)");
     const Tensor bad_h0 = Tensor::from("h0", {2, 2, 4}, std::vector<float>(16, 0.0f));
-    r = with("h0", &bad_h0);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensor 'h0' must have shape (1, 2, 4) (L*D, N, H), got (2, 2, 4)"));
+    LSTM_CHECK_TOOL_ERROR(with("h0", &bad_h0), 1,
+                          "tensor 'h0' must have shape (1, 2, 4) (L*D, N, H), got (2, 2, 4)");
     const Tensor f64_h0 = Tensor::from("h0", {1, 2, 4}, std::vector<double>(8, 0.0));
-    r = with("h0", &f64_h0);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensor 'h0' has dtype F64, expected F32"));
+    LSTM_CHECK_TOOL_ERROR(with("h0", &f64_h0), 1, "tensor 'h0' has dtype F64, expected F32");
     const Tensor long_len = Tensor::from("lengths", {2}, std::vector<int64_t>{5, 6});
-    r = with("", &long_len);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("lengths[1] = 6 exceeds T = 5"));
+    LSTM_CHECK_TOOL_ERROR(with("", &long_len), 1, "lengths[1] = 6 exceeds T = 5");
     const Tensor float_len = Tensor::from("lengths", {2}, std::vector<float>{5, 5});
-    r = with("", &float_len);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("expected an integer type"));
+    LSTM_CHECK_TOOL_ERROR(with("", &float_len), 1, "expected an integer type");
     const Tensor int_x = Tensor::from("x", {5, 2, 3}, std::vector<int32_t>(30, 0));
-    r = with("x", &int_x);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensor 'x' has dtype I32, expected F32 or F64"));
+    LSTM_CHECK_TOOL_ERROR(with("x", &int_x), 1, "tensor 'x' has dtype I32, expected F32 or F64");
 
     // An F64 state_dict with F32 inputs would round the parameters: refused.
     const auto imported = import_lstm<double>(params);
     const std::string p64 = scratch("p64.safetensors");
     export_lstm(p64, imported.config,
                 Span<const double>(imported.params.data(), imported.params.size()));
-    r = invoke({"lstm", "--params", p64, "--inputs", inputs, "--out", out});
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("without rounding"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", p64, "--inputs", inputs, "--out", out}), 1,
+                          "without rounding");
 
     // A malformed file names itself and its problem.
     const std::string junk = scratch("junk.safetensors");
@@ -359,9 +348,7 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
         std::ofstream f(junk, std::ios::binary);
         f << "not a safetensors file at all";
     }
-    r = invoke({"info", junk});
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains(junk + ": header length"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"info", junk}), 1, junk + ": header length");
 }
 
 namespace {
@@ -444,17 +431,14 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
     Scratch scratch;
     const std::string inputs = data_path("ctc_logits_padded.inputs.safetensors");
     const std::string out = scratch("o.safetensors");
-    ToolRun r = invoke({"ctc", "--inputs", inputs, "--out", out, "--reduction", "avg"});
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--reduction", "avg"}),
+                          2, "--reduction must be none, sum or mean, got 'avg'");
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "1x"}), 2,
+                          "--blank must be an integer, got '1x'");
+    ToolRun r = invoke({"ctc", "--inputs", inputs});
     CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("--reduction must be none, sum or mean, got 'avg'"));
-    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "1x"});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("--blank must be an integer, got '1x'"));
-    r = invoke({"ctc", "--inputs", inputs});
-    CHECK(r.rc == 2);
-    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "fast"});
-    CHECK(r.rc == 2);
-    CHECK_THAT(r.err, Contains("--backend must be own, cudnn or automatic, got 'fast'"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "fast"}), 2,
+                          "--backend must be own, cudnn or automatic, got 'fast'");
     r = invoke({"ctc", "--inputs", inputs, "--out", out, "--device", "cuda"});
     if (!test::gpu_visible()) {
         CHECK(r.rc == 1);
@@ -465,41 +449,25 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
 #endif
     }
     // Errors the loss itself raises come through with its message.
-    r = invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "7"});
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("blank = 7 is out of range for C = 5"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "7"}), 1,
+                          "blank = 7 is out of range for C = 5");
 
     const TensorFile good = read_safetensors(inputs);
     auto with = [&](const std::string& drop, const Tensor* add) {
-        TensorFile f;
-        for (const Tensor& t : good.tensors())
-            if (t.name != drop) f.add(t);
-        if (add) f.add(*add);
-        const std::string path = scratch("edited.safetensors");
-        write_safetensors(path, f);
+        const std::string path = write_edited(good, drop, add, scratch("edited.safetensors"));
         return invoke({"ctc", "--inputs", path, "--out", out});
     };
     const Tensor log_probs =
         Tensor::from("log_probs", good.at("logits").shape, good.at("logits").values<float>());
-    r = with("", &log_probs);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("give either 'logits' or 'log_probs', got both"));
-    r = with("logits", nullptr);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("needs a tensor 'logits' or 'log_probs'"));
-    r = with("target_lengths", nullptr);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("no tensor named 'target_lengths'"));
+    LSTM_CHECK_TOOL_ERROR(with("", &log_probs), 1, "give either 'logits' or 'log_probs', got both");
+    LSTM_CHECK_TOOL_ERROR(with("logits", nullptr), 1, "needs a tensor 'logits' or 'log_probs'");
+    LSTM_CHECK_TOOL_ERROR(with("target_lengths", nullptr), 1, "no tensor named 'target_lengths'");
     const Tensor float_targets = Tensor::from("targets", {3, 3}, std::vector<float>(9, 1.0f));
-    r = with("targets", &float_targets);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensor 'targets' has dtype F32, expected an integer type"));
+    LSTM_CHECK_TOOL_ERROR(with("targets", &float_targets), 1,
+                          "tensor 'targets' has dtype F32, expected an integer type");
     const Tensor stray = Tensor::from("weights", {3}, std::vector<float>(3, 1.0f));
-    r = with("", &stray);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("tensors the ctc command does not read: 'weights'"));
+    LSTM_CHECK_TOOL_ERROR(with("", &stray), 1, "tensors the ctc command does not read: 'weights'");
     const Tensor long_input = Tensor::from("input_lengths", {3}, std::vector<int32_t>{8, 9, 1});
-    r = with("input_lengths", &long_input);
-    CHECK(r.rc == 1);
-    CHECK_THAT(r.err, Contains("input_lengths[1] = 9 exceeds T = 8"));
+    LSTM_CHECK_TOOL_ERROR(with("input_lengths", &long_input), 1,
+                          "input_lengths[1] = 9 exceeds T = 8");
 }

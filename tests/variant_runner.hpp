@@ -66,6 +66,43 @@ inline LstmCase make_case(const Config& config, int64_t seq_len, int64_t batch,
     return c;
 }
 
+// dparams after a backward that accumulates `grad` onto `before` handed over in precision T.
+template <typename T>
+std::vector<double> accumulated(const std::vector<double>& grad,
+                                const std::vector<double>& before) {
+    std::vector<double> out = grad;
+    for (size_t k = 0; k < before.size(); ++k)
+        out[k] += static_cast<double>(static_cast<T>(before[k]));
+    return out;
+}
+
+// The tolerance rule's rtol for precision T on `c`.
+struct Rtol {
+    double forward, backward;
+};
+
+template <typename T>
+Rtol rtol_for(const LstmCase& c) {
+    const DType dt = dtype_of<T>();
+    return {lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::forward),
+            lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::backward)};
+}
+
+// CHECKs y, hn, cn of `got` against the reference under the forward rtol, and dx, dh0, dc0 and
+// dparams (against `want_dparams`, see accumulated()) under the backward rtol.
+inline void check_close_to_reference(const VariantResult& got, const reference::LstmOutputs& ref,
+                                     const reference::LstmInputGrads& ref_grads,
+                                     const std::vector<double>& want_dparams, const Rtol& rtol) {
+    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, rtol.forward));
+    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, rtol.forward));
+    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, rtol.forward));
+    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, rtol.backward));
+    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, rtol.backward));
+    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, rtol.backward));
+    LSTM_CHECK_CLOSE(
+        compare_scaled("dparams (accumulated)", got.dparams, want_dparams, rtol.backward));
+}
+
 // Runs `v` in precision T on `c`, with dparams starting from a random vector (backward
 // accumulates, so the expectation is that vector plus the gradient), and CHECKs y, hn, cn, dx,
 // dh0, dc0 and dparams against the reference under the tolerance rule. `label` names the run in
@@ -77,20 +114,9 @@ void check_against_reference(const Variant& v, const LstmCase& c, uint64_t seed,
     const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
     const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
     const VariantResult got = run_variant<T>(v, c, before);
-    std::vector<double> want_dparams = ref_grads.dparams;
-    for (size_t k = 0; k < before.size(); ++k)
-        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
-    const DType dt = dtype_of<T>();
-    const double fwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::forward);
-    const double bwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::backward);
-    INFO(label << ", " << to_string(dt));
-    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+    INFO(label << ", " << to_string(dtype_of<T>()));
+    check_close_to_reference(got, ref, ref_grads, accumulated<T>(ref_grads.dparams, before),
+                             rtol_for<T>(c));
 }
 
 }  // namespace lstm::test

@@ -188,23 +188,13 @@ void check_variant_on_device(const Variant& v, const LstmCase& c, const referenc
                              const reference::LstmInputGrads& ref_grads, uint64_t seed,
                              cuda::Context& ctx, const std::string& label) {
     const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
-    std::vector<double> want_dparams = ref_grads.dparams;
-    for (size_t k = 0; k < before.size(); ++k)
-        want_dparams[k] += static_cast<double>(static_cast<T>(before[k]));
-    const DType dt = dtype_of<T>();
-    const double fwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::forward);
-    const double bwd = lstm_rtol(dt, c.in.config, c.in.seq_len, Pass::backward);
-    INFO(label << ", " << to_string(dt));
+    const Rtol rtol = rtol_for<T>(c);
+    const double fwd = rtol.forward, bwd = rtol.backward;
+    INFO(label << ", " << to_string(dtype_of<T>()));
 
     DeviceProblem<T> p(v, c, ctx);
     const reference::VariantResult got = p.train(before, false);
-    LSTM_CHECK_CLOSE(compare_scaled("y", got.y, ref.y, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("hn", got.hn, ref.hn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("cn", got.cn, ref.cn, fwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-    LSTM_CHECK_CLOSE(compare_scaled("dparams (accumulated)", got.dparams, want_dparams, bwd));
+    check_close_to_reference(got, ref, ref_grads, accumulated<T>(ref_grads.dparams, before), rtol);
 
     // The same call again: same shape, lengths and pointers, so a variant that captured a graph
     // replays it now. Same work in the same order: the same bits.
