@@ -66,6 +66,8 @@ constexpr int kTileRows = 6;
 static_assert(kTileRows == kGradTileCols, "weight-gradient tiles are packed at the tile height");
 // Strips per micro-tile (64 output columns).
 constexpr int kTileStrips = 4;
+// Rows per chunk of the input projection: the chunk of x stays in L2 across the thread's blocks.
+constexpr int64_t kProjectionRows = 240;
 // Rows per chunk of the input-gradient GEMM: the chunk of dgates stays in L2 across panels.
 constexpr int64_t kInputGradRows = 96;
 
@@ -340,12 +342,6 @@ inline void pack_column_strips(const float* w, int64_t k_size, const FusedLayout
 // The AVX-512 kernel set (float). Same contract as PortableFusedKernels, member by member.
 class Avx512FusedKernels {
 public:
-    // Each step's tile sums bias + x_t W_ih^T + h_{t-1} W_hh^T in its accumulators (in that
-    // order, as a separate projection followed by the recurrent GEMM would): the (S, G)
-    // pre-activations never go to memory and back, which measured 2.5-4.8% faster on the whole
-    // CE-short training step than one projection GEMM over all frames.
-    static constexpr bool kProjectsInStep = true;
-
     Avx512FusedKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
         : lay_(lay), buf_(buf) {}
 
@@ -357,17 +353,33 @@ public:
         pack_bias_interleaved(b_ih, b_hh, lay_, own, buf_.bias);
     }
 
-    // One forward segment, own blocks: input and recurrent GEMMs into one accumulator tile, then
-    // the gate math in the epilogue.
+    // gates (rows, G), own columns, overwritten <- x (rows, ldx; in features) W_ih^T + biases.
+    void input_projection(const float* x, int64_t ldx, int64_t rows, int64_t in, float* gates,
+                          BlockRange own) const {
+        for (int64_t r0 = 0; r0 < rows; r0 += avx512::kProjectionRows) {
+            const int64_t chunk = std::min(avx512::kProjectionRows, rows - r0);
+            for (int64_t blk = own.begin; blk < own.end; ++blk) {
+                const ProjectionTile t{this, x + r0 * ldx, ldx,
+                                       in,   blk,          gates + r0 * lay_.gate_cols};
+                avx512::for_each_row_tile(chunk, t);
+            }
+        }
+    }
+
+    // One forward segment, own blocks: recurrent GEMM on top of the input projection, then the
+    // gate math in the epilogue.
     void forward_step(const ForwardSegment<float>& s, BlockRange own) const {
         // The per-step GEMMs run over the whole depth at once: their 4-strip weight panels (80 KiB
         // at H = 320) stream from L2 fast enough, and K-chunks through L1 measured 3% slower.
-        const int64_t first = std::min<int64_t>(avx512::kTileRows, s.rows);
+        const int64_t gc = lay_.gate_cols, first = std::min<int64_t>(avx512::kTileRows, s.rows);
         for (int64_t blk = own.begin; blk < own.end; ++blk) {
-            // Each tile prefetches the next one's c_{t-1}; the first tile of the next block is
+            // Each tile prefetches the next one's operands; the first tile of the next block is
             // fetched here, while this block runs.
-            if (blk + 1 < own.end)
-                avx512::prefetch_rows(s.c_prev + (blk + 1) * kUnitBlock, s.ld_c_prev, first, 1);
+            if (blk + 1 < own.end) {
+                const int64_t next = blk + 1;
+                avx512::prefetch_rows(s.gates + next * 4 * kUnitBlock, gc, first, 4);
+                avx512::prefetch_rows(s.c_prev + next * kUnitBlock, s.ld_c_prev, first, 1);
+            }
             avx512::for_each_row_tile(s.rows, ForwardTile{this, &s, blk});
         }
     }
@@ -415,7 +427,35 @@ public:
 private:
     using Vec = avx512::Vec;
 
-    // One forward row tile of one block: acc = bias + x_t W_ih^T + h_{t-1} W_hh^T, then
+    // Input projection of one block over rows [0, rows) of a chunk.
+    struct ProjectionTile {
+        const Avx512FusedKernels* k;
+        const float* x;
+        int64_t ldx, in, blk;
+        float* gates;
+        template <int MR>
+        LSTM_TILE_NOINLINE void tile(int64_t r0) const {
+            const int64_t gc = k->lay_.gate_cols, col = blk * 4 * kUnitBlock;
+            Vec acc[MR][4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; ++g) {
+                const Vec b = _mm512_loadu_ps(k->buf_.bias + col + g * kUnitBlock);
+#pragma GCC unroll 8
+                for (int i = 0; i < MR; ++i) acc[i][g] = b;
+            }
+            avx512::accumulate<MR, 4>(
+                in, avx512::RowsA{x + r0 * ldx, ldx},
+                avx512::StripsB{k->buf_.w_ih_fwd + blk * 4 * in * kUnitBlock, in * kUnitBlock},
+                acc);
+#pragma GCC unroll 8
+            for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; ++g)
+                    _mm512_storeu_ps(gates + (r0 + i) * gc + col + g * kUnitBlock, acc[i][g]);
+        }
+    };
+
+    // One forward row tile of one block: acc = input projection + h_{t-1} W_hh^T, then
     // activations, c_t = f c_{t-1} + i g, h_t = o tanh(c_t), all from registers.
     struct ForwardTile {
         const Avx512FusedKernels* k;
@@ -426,21 +466,17 @@ private:
             const int64_t gc = k->lay_.gate_cols, hidden = k->lay_.hidden;
             const int64_t col = blk * 4 * kUnitBlock, unit = blk * kUnitBlock;
             Vec acc[MR][4];
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; ++g) {
-                const Vec b = _mm512_loadu_ps(k->buf_.bias + col + g * kUnitBlock);
 #pragma GCC unroll 8
-                for (int i = 0; i < MR; ++i) acc[i][g] = b;
-            }
+            for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; ++g)
+                    acc[i][g] = _mm512_loadu_ps(s->gates + (r0 + i) * gc + col + g * kUnitBlock);
             const int64_t next = std::min<int64_t>(avx512::kTileRows, s->rows - r0 - MR);
-            if (next > 0)
+            if (next > 0) {
+                avx512::prefetch_rows(s->gates + (r0 + MR) * gc + col, gc, next, 4);
                 avx512::prefetch_rows(s->c_prev + (r0 + MR) * s->ld_c_prev + unit, s->ld_c_prev,
                                       next, 1);
-            avx512::accumulate<MR, 4>(
-                s->in, avx512::RowsA{s->x + r0 * s->ld_x, s->ld_x},
-                avx512::StripsB{k->buf_.w_ih_fwd + blk * 4 * s->in * kUnitBlock,
-                                s->in * kUnitBlock},
-                acc);
+            }
             avx512::accumulate<MR, 4>(
                 hidden, avx512::RowsA{s->h_prev + r0 * s->ld_h_prev, s->ld_h_prev},
                 avx512::StripsB{k->buf_.w_hh_fwd + blk * 4 * hidden * kUnitBlock,

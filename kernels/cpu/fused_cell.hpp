@@ -282,17 +282,11 @@ void add_bias_grads(const T* bias_grad, const FusedLayout& lay, BlockRange b, T*
 template <typename T>
 struct ForwardSegment {
     int64_t rows;
-    // (rows, >= in) the step's rows of the layer input, ld_x, in features; read only by kernel
-    // sets with kProjectsInStep.
-    const T* x;
-    int64_t ld_x;
-    int64_t in;
     const T* h_prev;  // (rows, >= H) h_{t-1}, ld_h_prev
     int64_t ld_h_prev;
     const T* c_prev;  // (rows, Hp) c_{t-1}, ld_c_prev
     int64_t ld_c_prev;
-    T* gates;  // (rows, G) ld G: activated gates out; in: the input projection plus biases, unless
-               // the kernel set has kProjectsInStep (then nothing is read from it)
+    T* gates;  // (rows, G) ld G: input projection + biases in, activated gates out
     T* c;      // (rows, Hp) c_t out, ld_c (may alias c_prev)
     int64_t ld_c;
     T* h;  // (rows, >= H) h_t out, units < H only, ld_h
@@ -368,10 +362,6 @@ struct FusedBufferSizes {
 template <typename T>
 class PortableFusedKernels {
 public:
-    // The variant projects every frame's input with one GEMM before the time loop: one large
-    // Eigen GEMM runs faster than a small one per step.
-    static constexpr bool kProjectsInStep = false;
-
     PortableFusedKernels(const FusedLayout& lay, const FusedBuffers<T>& buf)
         : lay_(lay), buf_(buf) {}
 

@@ -2,9 +2,8 @@
 
 // `fused` (cpu): the fast CPU variant (TF's LSTMBlockFusedCell, PyTorch's fused LSTMCell). Per
 // layer and direction: the input projection of every valid frame as one GEMM; per step one
-// recurrent GEMM on weights packed once per call, followed by one fused element-wise pass. The
-// AVX-512 path does both GEMMs of a step in one register tile (no (S, 4H) pre-activations in
-// memory) with the pass in its epilogue. Backward mirrors the loop, and the weight
+// recurrent GEMM on weights packed once per call, followed by one fused element-wise pass (or,
+// on the AVX-512 path, the pass inside the GEMM's epilogue); backward mirrors it, and the weight
 // gradients are GEMMs over all steps at once. Rows are sorted by length once per call and kept
 // compact (kernels/cpu/fused_cell.hpp), so every GEMM covers exactly the valid frames.
 //
@@ -292,13 +291,11 @@ private:
                 const T* params = args.params.data();
                 kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
                                   params + p.bias_ih, params + p.bias_hh, own);
-                // A kernel set that does not project inside its steps projects every frame at
-                // once into the reserve when training; inference projects one step at a time
-                // into an (N, G) buffer instead of holding (S, G) of scratch. Each row's sums are
-                // the same either way, so both give the same bits.
+                // Training projects every frame at once into the reserve; inference projects one
+                // step at a time into an (N, G) buffer instead of holding (S, G) of scratch. Each
+                // row's sums are the same either way, so both give the same bits.
                 T* gates = training ? rs.gates + cell * seq_len_ * batch_ * gc : nullptr;
-                if constexpr (!K::kProjectsInStep)
-                    if (training) kern.input_projection(layer_in, ld_in, rows, in, gates, own);
+                if (training) kern.input_projection(layer_in, ld_in, rows, in, gates, own);
                 const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
                 const int64_t state = cell * batch_ * hidden;
                 kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
@@ -316,12 +313,10 @@ private:
                 for (int64_t s = 0; s < seq_len_; ++s) {
                     const int64_t t = step_time(s, seq_len_, d);
                     T* step_gates = gates ? gates + ws.offsets[t] * gc : ws.gates;
-                    if constexpr (!K::kProjectsInStep)
-                        if (!gates)
-                            kern.input_projection(layer_in + ws.offsets[t] * ld_in, ld_in,
-                                                  ws.batch.active[t], in, step_gates, own);
-                    forward_step(ws, d, s, step_gates, cells, layer_out, kern, own,
-                                 layer_in + ws.offsets[t] * ld_in, ld_in, in);
+                    if (!gates)
+                        kern.input_projection(layer_in + ws.offsets[t] * ld_in, ld_in,
+                                              ws.batch.active[t], in, step_gates, own);
+                    forward_step(ws, d, s, step_gates, cells, layer_out, kern, own);
 #pragma omp barrier
                 }
                 write_final_state(args, ws, d, cell, cells, layer_out, u0, u1);
@@ -334,13 +329,11 @@ private:
                                       args.y.data());
     }
 
-    // Step s of direction d; x (active rows, ld_x; in features) is its layer input and gates
-    // (active rows, G) holds its input projection unless K projects in the step: rows that
+    // Step s of direction d, gates (active rows, G) holding its input projection: rows that
     // continue read the previous step's h and c, rows that start here (only the reverse
     // direction starts sequences late) read the initial state.
     void forward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, T* cells,
-                      T* layer_out, const K& kern, BlockRange own, const T* x, int64_t ld_x,
-                      int64_t in) const {
+                      T* layer_out, const K& kern, BlockRange own) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size(), dir_col = d * lay_.hidden;
         const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
@@ -350,9 +343,6 @@ private:
         const int64_t row = ws.offsets[t], row_prev = ws.offsets[t_prev];
         T* c_now = cells ? cells + row * hp : ws.c_run;
         kernels::cpu::ForwardSegment<T> seg{};
-        seg.x = x;
-        seg.ld_x = ld_x;
-        seg.in = in;
         seg.gates = gates;
         seg.c = c_now;
         seg.ld_c = hp;
@@ -372,7 +362,6 @@ private:
             seg.ld_h_prev = hp;
             seg.c_prev = (cells ? ws.c_init : ws.c_run) + split * hp;
             seg.ld_c_prev = hp;
-            seg.x = x + split * ld_x;
             seg.gates = gates + split * gc;
             seg.c = c_now + split * hp;
             seg.h = layer_out + (row + split) * out_width + dir_col;
