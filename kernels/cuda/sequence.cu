@@ -23,36 +23,26 @@ unsigned blocks_for(int64_t n) {
 __device__ int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
+// One element body of kernels/cuda/sequence.hpp: element `idx` of (src -> dst).
 template <typename T>
-__global__ void gather_last_step_kernel(int64_t steps, int64_t batch, int64_t features,
-                                        const int64_t* lengths, const T* y, T* out) {
-    const int64_t total = batch * features;
+using ElementBody = void (*)(int64_t idx, int64_t steps, int64_t batch, int64_t features,
+                             const int64_t* lengths, const T* src, T* dst);
+
+template <typename T, ElementBody<T> Body>
+__global__ void sequence_kernel(int64_t total, int64_t steps, int64_t batch, int64_t features,
+                                const int64_t* lengths, const T* src, T* dst) {
     for (int64_t i = first_index(); i < total; i += grid_stride())
-        gather_last_step_element(i, steps, batch, features, lengths, y, out);
+        Body(i, steps, batch, features, lengths, src, dst);
 }
 
-template <typename T>
-__global__ void scatter_last_step_kernel(int64_t steps, int64_t batch, int64_t features,
-                                         const int64_t* lengths, const T* dout, T* dy) {
-    const int64_t total = steps * batch * features;
-    for (int64_t i = first_index(); i < total; i += grid_stride())
-        scatter_last_step_element(i, steps, batch, features, lengths, dout, dy);
-}
-
-template <typename T>
-__global__ void mean_pool_kernel(int64_t steps, int64_t batch, int64_t features,
-                                 const int64_t* lengths, const T* y, T* out) {
-    const int64_t total = batch * features;
-    for (int64_t i = first_index(); i < total; i += grid_stride())
-        mean_pool_element(i, steps, batch, features, lengths, y, out);
-}
-
-template <typename T>
-__global__ void scatter_mean_pool_kernel(int64_t steps, int64_t batch, int64_t features,
-                                         const int64_t* lengths, const T* dout, T* dy) {
-    const int64_t total = steps * batch * features;
-    for (int64_t i = first_index(); i < total; i += grid_stride())
-        scatter_mean_pool_element(i, steps, batch, features, lengths, dout, dy);
+// Runs Body over indices [0, total) on `stream`; total is dst's element count for the gathers and
+// pools, the (T, N, F) gradient's for the scatters, which write every element of it.
+template <typename T, ElementBody<T> Body>
+void launch(int64_t total, int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
+            const T* src, T* dst, void* stream) {
+    if (total == 0) return;
+    sequence_kernel<T, Body><<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(
+        total, steps, batch, features, lengths, src, dst);
 }
 
 }  // namespace
@@ -60,37 +50,29 @@ __global__ void scatter_mean_pool_kernel(int64_t steps, int64_t batch, int64_t f
 template <typename T>
 void launch_gather_last_step(int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
                              const T* y, T* out, void* stream) {
-    const int64_t total = batch * features;
-    if (total == 0) return;
-    gather_last_step_kernel<T><<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(
-        steps, batch, features, lengths, y, out);
+    launch<T, gather_last_step_element<T>>(batch * features, steps, batch, features, lengths, y,
+                                           out, stream);
 }
 
 template <typename T>
 void launch_scatter_last_step(int64_t steps, int64_t batch, int64_t features,
                               const int64_t* lengths, const T* dout, T* dy, void* stream) {
-    const int64_t total = steps * batch * features;
-    if (total == 0) return;
-    scatter_last_step_kernel<T><<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(
-        steps, batch, features, lengths, dout, dy);
+    launch<T, scatter_last_step_element<T>>(steps * batch * features, steps, batch, features,
+                                            lengths, dout, dy, stream);
 }
 
 template <typename T>
 void launch_mean_pool(int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
                       const T* y, T* out, void* stream) {
-    const int64_t total = batch * features;
-    if (total == 0) return;
-    mean_pool_kernel<T><<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(
-        steps, batch, features, lengths, y, out);
+    launch<T, mean_pool_element<T>>(batch * features, steps, batch, features, lengths, y, out,
+                                    stream);
 }
 
 template <typename T>
 void launch_scatter_mean_pool(int64_t steps, int64_t batch, int64_t features,
                               const int64_t* lengths, const T* dout, T* dy, void* stream) {
-    const int64_t total = steps * batch * features;
-    if (total == 0) return;
-    scatter_mean_pool_kernel<T><<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(
-        steps, batch, features, lengths, dout, dy);
+    launch<T, scatter_mean_pool_element<T>>(steps * batch * features, steps, batch, features,
+                                            lengths, dout, dy, stream);
 }
 
 #define LSTM_INSTANTIATE_SEQUENCE(T)                                                               \
