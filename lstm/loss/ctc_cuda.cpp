@@ -16,6 +16,7 @@
 #include "kernels/cuda/ctc_layout.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/cudnn_descriptor.hpp"
 
 namespace lstm::cuda {
 
@@ -44,9 +45,9 @@ struct CtcPlan : Plan {
 // cuDNN's descriptors and workspace for one shape (T, N, C, longest label, with or without the
 // gradient), built on first use.
 struct CudnnCtcPlan : Plan {
-    cudnnTensorDescriptor_t probs = nullptr;
-    cudnnTensorDescriptor_t grads = nullptr;
-    cudnnCTCLossDescriptor_t ctc = nullptr;
+    detail::TensorDescriptor probs;
+    detail::TensorDescriptor grads;
+    detail::CtcLossDescriptor ctc;
     size_t workspace_bytes = 0;
     Buffer workspace{Device::cuda};
 
@@ -55,27 +56,19 @@ struct CudnnCtcPlan : Plan {
         const int dims[3] = {static_cast<int>(max_time), static_cast<int>(batch),
                              static_cast<int>(classes)};
         const int strides[3] = {static_cast<int>(batch * classes), static_cast<int>(classes), 1};
-        LSTM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&probs));
-        LSTM_CUDNN_CHECK(cudnnSetTensorNdDescriptor(probs, CUDNN_DATA_FLOAT, 3, dims, strides));
-        LSTM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&grads));
-        LSTM_CUDNN_CHECK(cudnnSetTensorNdDescriptor(grads, CUDNN_DATA_FLOAT, 3, dims, strides));
-        LSTM_CUDNN_CHECK(cudnnCreateCTCLossDescriptor(&ctc));
+        LSTM_CUDNN_CHECK(
+            cudnnSetTensorNdDescriptor(probs.desc, CUDNN_DATA_FLOAT, 3, dims, strides));
+        LSTM_CUDNN_CHECK(
+            cudnnSetTensorNdDescriptor(grads.desc, CUDNN_DATA_FLOAT, 3, dims, strides));
         // Softmax inside (our input is logits); infeasible samples get a zero gradient.
         LSTM_CUDNN_CHECK(cudnnSetCTCLossDescriptor_v9(
-            ctc, CUDNN_DATA_FLOAT, CUDNN_LOSS_NORMALIZATION_SOFTMAX, CUDNN_CTC_ZERO_OOB_GRADIENTS,
-            static_cast<int>(max_labels)));
-        LSTM_CUDNN_CHECK(cudnnGetCTCLossWorkspaceSize_v8(handle, CUDNN_CTC_LOSS_ALGO_DETERMINISTIC,
-                                                         ctc, probs, with_grad ? grads : nullptr,
-                                                         &workspace_bytes));
+            ctc.desc, CUDNN_DATA_FLOAT, CUDNN_LOSS_NORMALIZATION_SOFTMAX,
+            CUDNN_CTC_ZERO_OOB_GRADIENTS, static_cast<int>(max_labels)));
+        LSTM_CUDNN_CHECK(cudnnGetCTCLossWorkspaceSize_v8(
+            handle, CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, ctc.desc, probs.desc,
+            with_grad ? grads.desc : nullptr, &workspace_bytes));
         workspace.reserve(std::max<size_t>(workspace_bytes, 1));
     }
-    ~CudnnCtcPlan() override {
-        if (ctc) cudnnDestroyCTCLossDescriptor(ctc);
-        if (grads) cudnnDestroyTensorDescriptor(grads);
-        if (probs) cudnnDestroyTensorDescriptor(probs);
-    }
-    CudnnCtcPlan(const CudnnCtcPlan&) = delete;
-    CudnnCtcPlan& operator=(const CudnnCtcPlan&) = delete;
 };
 #endif
 
@@ -166,9 +159,9 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
             const auto* lengths32 = reinterpret_cast<const int*>(base + layout.lengths32);
             auto* costs = reinterpret_cast<float*>(base + layout.costs);
             LSTM_CUDNN_CHECK(cudnnCTCLoss_v8(
-                impl.cudnn, CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, cudnn.ctc, cudnn.probs, p.input,
-                reinterpret_cast<const int*>(a.labels), lengths32, lengths32 + p.batch, costs,
-                cudnn.grads, p.grad, cudnn.workspace_bytes, cudnn.workspace.data()));
+                impl.cudnn, CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, cudnn.ctc.desc, cudnn.probs.desc,
+                p.input, reinterpret_cast<const int*>(a.labels), lengths32, lengths32 + p.batch,
+                costs, cudnn.grads.desc, p.grad, cudnn.workspace_bytes, cudnn.workspace.data()));
             LSTM_CUDA_CHECK(kc::launch_ctc_cudnn_finish(a, costs, impl.stream));
         } else {
             fail("ctc_loss: backend cudnn needs float input");

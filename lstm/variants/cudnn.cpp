@@ -16,11 +16,17 @@
 
 #include "lstm/cuda/internal/check.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/cudnn_descriptor.hpp"
 #include "lstm/cuda/runtime.hpp"
 
 namespace lstm::cuda {
 
 namespace {
+
+using detail::DropoutDescriptor;
+using detail::RnnDataDescriptor;
+using detail::RnnDescriptor;
+using detail::TensorDescriptor;
 
 cudnnDataType_t cudnn_type(DType dtype) {
     return dtype == DType::f32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
@@ -34,37 +40,10 @@ cudnnMathType_t cudnn_math(DType dtype) {
 
 size_t elem_size(DType dtype) { return dtype == DType::f32 ? sizeof(float) : sizeof(double); }
 
-// Owners of cuDNN descriptors: destroyed with their plan, also when a plan's construction throws.
+// The RNN descriptor and the dropout descriptor it refers to (destroyed after it).
 struct RnnDesc {
-    cudnnRNNDescriptor_t rnn = nullptr;
-    cudnnDropoutDescriptor_t dropout = nullptr;
-    RnnDesc() = default;
-    RnnDesc(const RnnDesc&) = delete;
-    RnnDesc& operator=(const RnnDesc&) = delete;
-    ~RnnDesc() {
-        if (rnn) cudnnDestroyRNNDescriptor(rnn);
-        if (dropout) cudnnDestroyDropoutDescriptor(dropout);
-    }
-};
-
-struct DataDesc {
-    cudnnRNNDataDescriptor_t desc = nullptr;
-    DataDesc() { LSTM_CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&desc)); }
-    DataDesc(const DataDesc&) = delete;
-    DataDesc& operator=(const DataDesc&) = delete;
-    ~DataDesc() {
-        if (desc) cudnnDestroyRNNDataDescriptor(desc);
-    }
-};
-
-struct TensorDesc {
-    cudnnTensorDescriptor_t desc = nullptr;
-    TensorDesc() { LSTM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc)); }
-    TensorDesc(const TensorDesc&) = delete;
-    TensorDesc& operator=(const TensorDesc&) = delete;
-    ~TensorDesc() {
-        if (desc) cudnnDestroyTensorDescriptor(desc);
-    }
+    DropoutDescriptor dropout;
+    RnnDescriptor rnn;
 };
 
 // Device memory owned by a plan (cudaMalloc / cudaFree).
@@ -105,16 +84,14 @@ struct OrderingEvent {
 // The LSTM as cuDNN sees it: no dropout (a dropout descriptor of probability 0 needs no RNG
 // states), projection size H (no projection), padded I/O so that lengths may differ per sequence.
 void describe_rnn(cudnnHandle_t handle, const Config& config, DType dtype, RnnDesc& d) {
-    LSTM_CUDNN_CHECK(cudnnCreateDropoutDescriptor(&d.dropout));
-    LSTM_CUDNN_CHECK(cudnnSetDropoutDescriptor(d.dropout, handle, 0.0f, nullptr, 0, 0));
-    LSTM_CUDNN_CHECK(cudnnCreateRNNDescriptor(&d.rnn));
+    LSTM_CUDNN_CHECK(cudnnSetDropoutDescriptor(d.dropout.desc, handle, 0.0f, nullptr, 0, 0));
     LSTM_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
-        d.rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
+        d.rnn.desc, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
         config.bidirectional ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
         cudnn_type(dtype), cudnn_type(dtype), cudnn_math(dtype),
         static_cast<int32_t>(config.input_size), static_cast<int32_t>(config.hidden_size),
         static_cast<int32_t>(config.hidden_size), static_cast<int32_t>(config.num_layers),
-        d.dropout, CUDNN_RNN_PADDED_IO_ENABLED));
+        d.dropout.desc, CUDNN_RNN_PADDED_IO_ENABLED));
 }
 
 // Describes padded time-major data (T, N, width) with host int32 `lengths` (N); `fill` (host,
@@ -152,18 +129,18 @@ struct WeightsPlan final : Plan {
 
     WeightsPlan(cudnnHandle_t handle, const Config& config, DType dt) : dtype(dt) {
         describe_rnn(handle, config, dtype, rnn);
-        LSTM_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, rnn.rnn, &weight_space));
+        LSTM_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, rnn.rnn.desc, &weight_space));
         // cuDNN reports addresses inside a real weight space; this one lives only while asking.
         DeviceBytes probe(weight_space);
         const auto* base = static_cast<const unsigned char*>(probe.ptr);
-        TensorDesc m_desc, b_desc;
+        TensorDescriptor m_desc, b_desc;
         const size_t elem = elem_size(dtype);
         std::vector<CudnnCopySegment> segments;
         for (const CudnnPiece& p : cudnn_pieces(config)) {
             void* m_addr = nullptr;
             void* b_addr = nullptr;
             LSTM_CUDNN_CHECK(cudnnGetRNNWeightParams(
-                handle, rnn.rnn, static_cast<int32_t>(p.pseudo_layer), weight_space, probe.ptr,
+                handle, rnn.rnn.desc, static_cast<int32_t>(p.pseudo_layer), weight_space, probe.ptr,
                 p.lin_layer_id, m_desc.desc, &m_addr, b_desc.desc, &b_addr));
             const bool matrix = p.kind == CudnnPieceKind::matrix;
             const void* addr = matrix ? m_addr : b_addr;
@@ -232,9 +209,9 @@ struct ShapePlan final : Plan {
     WeightsPlan* weights = nullptr;  // owned by the context's plan cache, lives as long
     DType dtype;
     int64_t seq_len, batch, input_size, output_size;
-    DataDesc x_desc, y_desc;
-    TensorDesc state_desc;  // (L*D, N, H): h and c alike, since the projection size is H
-    float fill_f32 = 0.0f;  // the padding fill, kept alive with the descriptors
+    RnnDataDescriptor x_desc, y_desc;
+    TensorDescriptor state_desc;  // (L*D, N, H): h and c alike, since the projection size is H
+    float fill_f32 = 0.0f;        // the padding fill, kept alive with the descriptors
     double fill_f64 = 0.0;
     DeviceBytes device_lengths;  // int32 (N): cuDNN's devSeqLengths
     PinnedBytes pinned;          // int32 (N): the source of the uploads
@@ -283,7 +260,7 @@ struct ShapePlan final : Plan {
         LSTM_CUDA_CHECK(cudaEventRecord(uploaded.event, impl.stream));
         describe_data(x_desc.desc, dtype, seq_len, batch, input_size, lengths.data(), fill());
         describe_data(y_desc.desc, dtype, seq_len, batch, output_size, lengths.data(), fill());
-        need = query_sizes(impl.cudnn, weights->rnn.rnn, x_desc.desc);
+        need = query_sizes(impl.cudnn, weights->rnn.rnn.desc, x_desc.desc);
         padded_tails(lengths.data(), seq_len, batch, tails);
         described = true;
     }
@@ -348,7 +325,7 @@ void forward_impl(const CudnnVariant& variant, const Config& config, const Forwa
     check_fits(plan, ws, training ? &rs : nullptr, training);
     pack_weights(*plan.weights, a.params.data(), ws.weights, impl.stream);
     LSTM_CUDNN_CHECK(cudnnRNNForward(
-        impl.cudnn, plan.weights->rnn.rnn,
+        impl.cudnn, plan.weights->rnn.rnn.desc,
         training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE, plan.dev_lengths(),
         plan.x_desc.desc, a.x.data(), plan.y_desc.desc, a.y.data(), plan.state_desc.desc,
         a.h0.data(), a.hn.data(), plan.state_desc.desc, a.c0.data(), a.cn.data(),
@@ -378,17 +355,17 @@ void backward_impl(const CudnnVariant& variant, const Config& config, const Back
         pack_weights(w, a.params.data(), ws.weights, impl.stream);
         T* dx = a.dx.empty() ? reinterpret_cast<T*>(ws.dx) : a.dx.data();
         LSTM_CUDNN_CHECK(cudnnRNNBackwardData_v8(
-            impl.cudnn, w.rnn.rnn, plan.dev_lengths(), plan.y_desc.desc, a.y.data(), a.dy.data(),
-            plan.x_desc.desc, dx, plan.state_desc.desc, a.h0.data(), a.dhn.data(), a.dh0.data(),
-            plan.state_desc.desc, a.c0.data(), a.dcn.data(), a.dc0.data(), w.weight_space,
-            ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
+            impl.cudnn, w.rnn.rnn.desc, plan.dev_lengths(), plan.y_desc.desc, a.y.data(),
+            a.dy.data(), plan.x_desc.desc, dx, plan.state_desc.desc, a.h0.data(), a.dhn.data(),
+            a.dh0.data(), plan.state_desc.desc, a.c0.data(), a.dcn.data(), a.dc0.data(),
+            w.weight_space, ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
         if (!a.dx.empty()) zero_padded_tails(plan, a.dx.data(), config.input_size, impl.stream);
     }
     if (a.part != BackwardPart::data) {
         // dweight space = dparams; cuDNN adds this call's gradient; the sum goes back.
         pack_weights(w, a.dparams.data(), ws.weights, impl.stream);
         LSTM_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(
-            impl.cudnn, w.rnn.rnn, CUDNN_WGRAD_MODE_ADD, plan.dev_lengths(), plan.x_desc.desc,
+            impl.cudnn, w.rnn.rnn.desc, CUDNN_WGRAD_MODE_ADD, plan.dev_lengths(), plan.x_desc.desc,
             a.x.data(), plan.state_desc.desc, a.h0.data(), plan.y_desc.desc, a.y.data(),
             w.weight_space, ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
         unpack_weights(w, ws.weights, a.dparams.data(), impl.stream);
@@ -440,11 +417,11 @@ CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_le
     if (!sizing_->handle) LSTM_CUDNN_CHECK(cudnnCreate(&sizing_->handle));
     RnnDesc rnn;
     describe_rnn(sizing_->handle, config, dtype, rnn);
-    DataDesc x_desc;
+    RnnDataDescriptor x_desc;
     const std::vector<int32_t> full(static_cast<size_t>(batch), static_cast<int32_t>(seq_len));
     double fill = 0.0;  // unused for an input descriptor; large enough for either dtype
     describe_data(x_desc.desc, dtype, seq_len, batch, config.input_size, full.data(), &fill);
-    const CudnnSizes s = query_sizes(sizing_->handle, rnn.rnn, x_desc.desc);
+    const CudnnSizes s = query_sizes(sizing_->handle, rnn.rnn.desc, x_desc.desc);
     sizing_->answers.emplace(key, s);
     return s;
 }
