@@ -377,6 +377,27 @@ private:
         for (int lane = 1; lane < lanes(); ++lane) b_.wait(0, lane);
     }
 
+    // dst (N, H) sorted, on `lane` <- the rows of one cell's state in v (L*D, N, H) original
+    // order, `state` its first element; zeros when v is empty. Overwrites.
+    void gather_state(int lane, const TensorView<const T>& v, int64_t state, const FrameIndex& dev,
+                      T* dst) const {
+        const int64_t hidden = config_.hidden_size;
+        b_.run(lane,
+               kernels::cuda::GatherRows<T>{v.empty() ? nullptr : v.data() + state, dev.order,
+                                            hidden, dst},
+               batch_ * hidden);
+    }
+
+    // The cell's rows of v (L*D, N, H) original order, from `state` on <- src (N, H) sorted, on
+    // `lane`; nothing when v is empty (an output not asked for). Overwrites.
+    void scatter_state(int lane, const T* src, int64_t state, const FrameIndex& dev,
+                       const TensorView<T>& v) const {
+        if (v.empty()) return;
+        const int64_t hidden = config_.hidden_size;
+        b_.run(lane, kernels::cuda::ScatterRows<T>{src, dev.order, hidden, v.data() + state},
+               batch_ * hidden);
+    }
+
     // One direction of one layer: layer_in (S, in) compact -> this direction's columns of
     // layer_out (S, D*H) compact, hn / cn of the cell, and (training) the cell's reserve.
     void forward_cell(const ForwardArgs<T>& args, int64_t layer, int64_t direction,
@@ -393,14 +414,8 @@ private:
         const bool training = args.reserve != nullptr;
         T* h = ws.h[direction];
         T* c = ws.c[direction];
-        b_.run(lane,
-               k::GatherRows<T>{args.h0.empty() ? nullptr : args.h0.data() + state, dev.order,
-                                hidden, h},
-               batch_ * hidden);
-        b_.run(lane,
-               k::GatherRows<T>{args.c0.empty() ? nullptr : args.c0.data() + state, dev.order,
-                                hidden, c},
-               batch_ * hidden);
+        gather_state(lane, args.h0, state, dev, h);
+        gather_state(lane, args.c0, state, dev, c);
         T* gates_all = training ? rs.gates + cell * frames_ * g_cols : ws.gates[direction];
         T* cell_all = training ? rs.cell + cell * frames_ * hidden : nullptr;
         T* h_prev_all = training ? rs.h_prev + cell * frames_ * hidden : nullptr;
@@ -435,12 +450,8 @@ private:
                        rows * hidden);
             }
         }
-        if (!args.hn.empty())
-            b_.run(lane, k::ScatterRows<T>{h, dev.order, hidden, args.hn.data() + state},
-                   batch_ * hidden);
-        if (!args.cn.empty())
-            b_.run(lane, k::ScatterRows<T>{c, dev.order, hidden, args.cn.data() + state},
-                   batch_ * hidden);
+        scatter_state(lane, h, state, dev, args.hn);
+        scatter_state(lane, c, state, dev, args.cn);
     }
 
     // Backward of one direction of one layer: reads d_out (S, D*H) compact, leaves the cell's
@@ -463,18 +474,9 @@ private:
         T* dh = ws.h[direction];
         T* dc = ws.c[direction];
         T* c_init = ws.c_init[direction];
-        b_.run(lane,
-               k::GatherRows<T>{args.dhn.empty() ? nullptr : args.dhn.data() + state, dev.order,
-                                hidden, dh},
-               batch_ * hidden);
-        b_.run(lane,
-               k::GatherRows<T>{args.dcn.empty() ? nullptr : args.dcn.data() + state, dev.order,
-                                hidden, dc},
-               batch_ * hidden);
-        b_.run(lane,
-               k::GatherRows<T>{args.c0.empty() ? nullptr : args.c0.data() + state, dev.order,
-                                hidden, c_init},
-               batch_ * hidden);
+        gather_state(lane, args.dhn, state, dev, dh);
+        gather_state(lane, args.dcn, state, dev, dc);
+        gather_state(lane, args.c0, state, dev, c_init);
         for (int64_t s = seq_len_ - 1; s >= 0; --s) {
             const int64_t t = step_time(s, direction);
             const int64_t rows = host_.active[t];
@@ -510,12 +512,8 @@ private:
                             d_in + k0 * in_width, in_width);
             }
         }
-        if (!args.dh0.empty())
-            b_.run(lane, k::ScatterRows<T>{dh, dev.order, hidden, args.dh0.data() + state},
-                   batch_ * hidden);
-        if (!args.dc0.empty())
-            b_.run(lane, k::ScatterRows<T>{dc, dev.order, hidden, args.dc0.data() + state},
-                   batch_ * hidden);
+        scatter_state(lane, dh, state, dev, args.dh0);
+        scatter_state(lane, dc, state, dev, args.dc0);
         if (style_ == LoopStyle::fused && weights)
             step_weight_grads(args, layer, direction, 0, host_.offset[seq_len_], ws, rs, layer_in,
                               lane);
