@@ -166,16 +166,22 @@ private:
         }
     }
 
-    template <typename T>
-    void fwd(const Config& config, const ForwardArgs<T>& a) const {
-        const DType dtype = dtype_of<T>();
-        const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
-        ForwardArgs<T> d;
+    // d's x, h0, c0 and params <- device copies of a's (host); lengths stay on the host.
+    template <typename Args>
+    void upload_inputs(const Args& a, Args& d) const {
         d.x = upload(x_, a.x);
         d.lengths = a.lengths;
         d.h0 = upload(h0_, a.h0);
         d.c0 = upload(c0_, a.c0);
         d.params = upload(params_, a.params);
+    }
+
+    template <typename T>
+    void fwd(const Config& config, const ForwardArgs<T>& a) const {
+        const DType dtype = dtype_of<T>();
+        const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
+        ForwardArgs<T> d;
+        upload_inputs(a, d);
         d.y = room_for(y_, a.y);
         d.hn = room_for(hn_, a.hn);
         d.cn = room_for(cn_, a.cn);
@@ -199,11 +205,7 @@ private:
         const DType dtype = dtype_of<T>();
         const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
         BackwardArgs<T> d;
-        d.x = upload(x_, a.x);
-        d.lengths = a.lengths;
-        d.h0 = upload(h0_, a.h0);
-        d.c0 = upload(c0_, a.c0);
-        d.params = upload(params_, a.params);
+        upload_inputs(a, d);
         d.y = like<const T>(a.y, y_.as<T>());
         d.dy = upload(dy_, a.dy);
         d.dhn = upload(dhn_, a.dhn);
