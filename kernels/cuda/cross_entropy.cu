@@ -4,27 +4,11 @@
 // reduction order, so the result is bit-identical run to run (no atomics).
 
 #include "kernels/cuda/cross_entropy.hpp"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace lstm::kernels::cuda {
 
 namespace {
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-template <typename T>
-__device__ T warp_max(T v) {
-    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
-        v = loss_max(v, __shfl_xor_sync(kFullMask, v, offset));
-    return v;
-}
-
-// Butterfly: all lanes end with the same sum (a + b == b + a in IEEE arithmetic).
-template <typename T>
-__device__ T warp_sum(T v) {
-    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
-        v += __shfl_xor_sync(kFullMask, v, offset);
-    return v;
-}
 
 template <typename T>
 __global__ void cross_entropy_rows_kernel(CeArgs<T> a) {

@@ -4,26 +4,11 @@
 
 #include "kernels/cuda/ctc.hpp"
 #include "kernels/cuda/ctc_layout.hpp"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace lstm::kernels::cuda {
 
 namespace {
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-__device__ double warp_max(double v) {
-    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
-        v = loss_max(v, __shfl_xor_sync(kFullMask, v, offset));
-    return v;
-}
-
-// Butterfly: every lane adds the same two values (in swapped order, which IEEE addition does not
-// notice), so all lanes end with one bit-identical sum, whatever the timing.
-__device__ double warp_sum(double v) {
-    for (int offset = kWarpLanes / 2; offset > 0; offset /= 2)
-        v += __shfl_xor_sync(kFullMask, v, offset);
-    return v;
-}
 
 template <typename T>
 __global__ void ctc_log_norm_kernel(CtcArgs<T> a) {
