@@ -2,11 +2,12 @@
 # Installs every build and test dependency from Debian's packages. Idempotent: when everything is
 # present it prints nothing and touches nothing. The CUDA toolkit and cuDNN are not Debian
 # packages; they are used when present on the machine and skipped otherwise. clang and its
-# compiler-rt build the libFuzzer smoke test of the safetensors reader.
+# compiler-rt build the libFuzzer smoke test of the safetensors reader. ocl-icd-opencl-dev is only
+# a recommendation of libdnnl-dev, but Debian's oneDNN CMake config cannot be loaded without it.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
-          nlohmann-json3-dev clang libclang-rt-dev)
+          ocl-icd-opencl-dev nlohmann-json3-dev clang libclang-rt-dev)
 
 missing=()
 for p in "${packages[@]}"; do
