@@ -187,6 +187,7 @@ Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_
     w.kern.dh = carve.take<T>(sizes.dh);
     w.kern.dw = carve.take<T>(sizes.dw);
     w.kern.a_pack = carve.take<T>(sizes.a_pack);
+    w.kern.b_pack = carve.take<T>(sizes.b_pack);
     return w;
 }
 
@@ -295,7 +296,9 @@ private:
                 // step at a time into an (N, G) buffer instead of holding (S, G) of scratch. Each
                 // row's sums are the same either way, so both give the same bits.
                 T* gates = training ? rs.gates + cell * seq_len_ * batch_ * gc : nullptr;
-                if (training) kern.input_projection(layer_in, ld_in, rows, in, gates, own);
+                if (training)
+                    kern.input_projection(layer_in, ld_in, rows, in, gates, own,
+                                          kernels::cpu::ProjectionTarget::whole_sequence);
                 const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
                 const int64_t state = cell * batch_ * hidden;
                 kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
@@ -315,7 +318,8 @@ private:
                     T* step_gates = gates ? gates + ws.offsets[t] * gc : ws.gates;
                     if (!gates)
                         kern.input_projection(layer_in + ws.offsets[t] * ld_in, ld_in,
-                                              ws.batch.active[t], in, step_gates, own);
+                                              ws.batch.active[t], in, step_gates, own,
+                                              kernels::cpu::ProjectionTarget::per_step);
                     forward_step(ws, d, s, step_gates, cells, layer_out, kern, own);
 #pragma omp barrier
                 }
