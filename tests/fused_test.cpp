@@ -60,9 +60,17 @@ std::vector<FusedIsa> available_isas() {
 }
 
 // Big enough for full 6-row tiles and 4-block panels, with remainders of both and padded units
-// (H = 70: blocks of 16, 10 padded units; N = 14: tiles 6 + 6 + 2).
+// (H = 70: blocks of 16, 10 padded units; N = 14: tiles 6 + 6 + 2). The 30-step case has more
+// valid rows per direction (277) than two weight-gradient chunks, and I + H = 90 partner columns:
+// two full chunks and a tail, a full and a partial packed partner panel.
 std::vector<Shape> tile_shapes() {
     return {
+        {"H 40, I 50, bi, 30 steps, mixed lengths",
+         {50, 40, 1, true},
+         30,
+         11,
+         {30, 25, 30, 17, 30, 28, 9, 30, 22, 30, 26},
+         true},
         {"H 70, I 37, bi, 2 layers, mixed lengths",
          {37, 70, 2, true},
          6,
@@ -101,6 +109,12 @@ void check_identical(const VariantResult& a, const VariantResult& b) {
 }  // namespace
 
 TEST_CASE("fused: every instruction set matches the reference on full-tile shapes", "[fused]") {
+    // The first shape must keep spanning more than two weight-gradient chunks.
+    const Shape first = tile_shapes().front();
+    int64_t rows = 0;
+    for (int64_t len : first.lengths) rows += len;
+    REQUIRE(rows > 2 * kernels::cpu::kGradChunk);
+    REQUIRE(rows % kernels::cpu::kGradChunk != 0);
     uint64_t seed = 7000;
     for (FusedIsa isa : available_isas()) {
         const IsaScope scope(isa);
