@@ -2,6 +2,7 @@
 """Turns lstm_bench JSON into a docs table and a bar chart like Braun 2018's figures.
 
 Usage: build/bench/lstm_bench --benchmark_filter='braun/' --benchmark_repetitions=5 \\
+           --benchmark_enable_random_interleaving=true \\
            --benchmark_out=run.json --benchmark_out_format=json
        python3 scripts/plot-bench.py run.json --png docs/benchmarks-cpu.png > table.md
 
@@ -29,8 +30,8 @@ def load(path):
     """Per (group, variant): the list of per-repetition times in ms and GFLOP/s."""
     with open(path) as f:
         data = json.load(f)
-    runs = OrderedDict()
-    for b in data["benchmarks"]:
+    runs, order = {}, {}
+    for i, b in enumerate(data["benchmarks"]):
         if b.get("run_type") != "iteration" or b.get("error_occurred"):
             continue
         scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
@@ -39,7 +40,11 @@ def load(path):
         entry["ms"].append(b["real_time"] * scale)
         if "GFLOP/s" in b:
             entry["gflops"].append(b["GFLOP/s"])
-    return data.get("context", {}), runs
+        # Registration order, so that --benchmark_enable_random_interleaving (which shuffles the
+        # repetitions in the file) still gives the table and the bars in the bench's order.
+        order.setdefault(key, (b.get("family_index", i), b.get("per_family_instance_index", 0)))
+    ordered = OrderedDict((k, runs[k]) for k in sorted(runs, key=order.get))
+    return data.get("context", {}), ordered
 
 
 def table(runs):
