@@ -34,9 +34,10 @@ namespace lstm::kernels::cpu {
 // Units per interleaved block: one AVX-512 register of floats.
 constexpr int64_t kUnitBlock = 16;
 // Rows of dgates per K-chunk of the AVX-512 weight-gradient GEMM (sizes its packing scratch): the
-// chunk's packed partner panel, kGradChunk x 64 floats = 32 KiB, then stays in the 48 KiB L1
-// across every tile of gate columns (measured 6-8% faster than 256 rows with the partner read from
-// its rows, and than 64 or 96 rows packed).
+// chunk's packed partner panel, kGradChunk x 64 floats = 32 KiB, then stays in a 48 KiB L1 across
+// every tile of gate columns (on a Xeon with that L1, measured 6-8% faster than 256 rows with the
+// partner read from its rows, and than 64 or 96 rows packed; on Zen 4's 32 KiB L1 the same within
+// noise, docs/performance.md).
 constexpr int64_t kGradChunk = 128;
 // Partner columns per packed panel of that GEMM: four 16-float strips (its micro-tile width).
 constexpr int64_t kGradPanelCols = 64;
