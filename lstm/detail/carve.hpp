@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "lstm/tensor.hpp"
 
@@ -41,6 +42,22 @@ size_t carved_bytes(DType dtype, CarveFn&& carve) {
     else
         carve(counter, double{});
     return counter.bytes();
+}
+
+// A Carver over a caller's buffer that starts at the buffer's first 64-byte boundary, so its
+// arrays are aligned in memory, not only relative to the base: for kernels that use aligned or
+// streaming stores, where the interface leaves the caller's alignment open (malloc gives 16).
+// Size such buffers with carved_bytes_from_boundary. A null base stays null (counting).
+inline Carver carver_from_boundary(void* base) {
+    const auto address = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t pad = (Carver::kAlignment - address % Carver::kAlignment) % Carver::kAlignment;
+    return Carver(base ? static_cast<char*>(base) + pad : nullptr);
+}
+
+// carved_bytes plus the largest padding carver_from_boundary can skip.
+template <typename CarveFn>
+size_t carved_bytes_from_boundary(DType dtype, CarveFn&& carve) {
+    return carved_bytes(dtype, std::forward<CarveFn>(carve)) + Carver::kAlignment - 1;
 }
 
 }  // namespace lstm::detail

@@ -232,12 +232,12 @@ public:
         : config_(config), lay_(config.hidden_size), seq_len_(seq_len), batch_(batch) {}
 
     void forward(const ForwardArgs<T>& args) const {
-        detail::Carver ws_carve(args.workspace);
+        detail::Carver ws_carve = detail::carver_from_boundary(args.workspace);
         const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
         const bool training = args.reserve != nullptr;
         Reserve<T> rs{};
         if (training) {
-            detail::Carver rs_carve(args.reserve);
+            detail::Carver rs_carve = detail::carver_from_boundary(args.reserve);
             rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
         }
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
@@ -251,9 +251,9 @@ public:
     }
 
     void backward(const BackwardArgs<T>& args) const {
-        detail::Carver ws_carve(args.workspace);
+        detail::Carver ws_carve = detail::carver_from_boundary(args.workspace);
         const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
-        detail::Carver rs_carve(args.reserve);
+        detail::Carver rs_carve = detail::carver_from_boundary(args.reserve);
         const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
@@ -619,14 +619,14 @@ public:
 
     size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                            int64_t batch) const override {
-        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
+        return detail::carved_bytes_from_boundary(dtype, [&](detail::Carver& carve, auto element) {
             fused_detail::carve_workspace<decltype(element)>(carve, config, seq_len, batch);
         });
     }
 
     size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
                          int64_t batch) const override {
-        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
+        return detail::carved_bytes_from_boundary(dtype, [&](detail::Carver& carve, auto element) {
             fused_detail::carve_reserve<decltype(element)>(carve, config, seq_len, batch);
         });
     }
