@@ -7,7 +7,7 @@ install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
     FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh"
     # CUDA-including helpers of lstm_cuda's own sources; consumers never include them.
     PATTERN "internal" EXCLUDE)
-install(TARGETS lstm EXPORT lstmTargets)
+install(TARGETS lstm lstm_cpu EXPORT lstmTargets)
 if(LSTM_WITH_CUDA)
     install(TARGETS lstm_cuda EXPORT lstmTargets)
 endif()

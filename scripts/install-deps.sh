@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
-          ocl-icd-opencl-dev nlohmann-json3-dev clang libclang-rt-dev)
+          ocl-icd-opencl-dev nlohmann-json3-dev libhwy-dev clang libclang-rt-dev)
 
 missing=()
 for p in "${packages[@]}"; do

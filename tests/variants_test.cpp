@@ -25,6 +25,15 @@ std::vector<Shape> shape_list() {
         {"batch 1", {4, 6, 2, true}, 9, 1, {}, true},
         {"H 17, I 11", {11, 17, 1, true}, 5, 5, {5, 4, 5, 2, 1}, true},
         {"I 1, H 1", {1, 1, 2, true}, 4, 2, {4, 3}, true},
+        // One step, H not a multiple of 4, and the hidden sizes and batches real models use:
+        // shapes for which a vendor library picks other weight layouts (oneDNN 2.6 on AVX2 CPUs
+        // takes its packed-GEMM format for them, which a strided weight view cannot reorder into).
+        {"T 1, H 3", {4, 3, 1, false}, 1, 2, {}, true},
+        {"T 1, H 7, bi", {5, 7, 1, true}, 1, 3, {}, true},
+        {"T 1, H 33, 2 layers", {6, 33, 2, false}, 1, 4, {}, true},
+        {"nn.LSTM(40, 128), N 16", {40, 128, 1, false}, 3, 16, {}, true},
+        {"nn.LSTM(40, 256), N 32", {40, 256, 1, false}, 2, 32, {}, true},
+        {"nn.LSTM(40, 256, bidirectional), N 64", {40, 256, 1, true}, 2, 64, {}, false},
     };
 }
 

@@ -14,11 +14,15 @@
 //   layer l+1; so a bidirectional LSTM runs one primitive per layer.
 // - Gates: oneDNN orders gate blocks i, f, c~, o (its RNN developer guide, "LSTM"), which is
 //   PyTorch's i, f, g, o, so blocks move unpermuted.
-// - Weights: oneDNN picks its own weight formats (format_tag::any: padded or blocked, and
-//   different for training, inference and backward). PyTorch's (4H, in) row-major matrices
-//   are described to oneDNN as strided views of the flat parameter buffer, and a oneDNN reorder
-//   converts them once per call. Weight gradients travel back through a reorder whose sum
-//   post-op adds them into dparams.
+// - Weights: oneDNN picks its own weight formats (format_tag::any: padded, blocked or its
+//   packed-GEMM format, and different for training, inference and backward, and from one CPU to
+//   the next). PyTorch's (4H, in) row-major matrices of a group's cells are first copied one
+//   after another into a contiguous buffer (oneDNN's plain ldgoi layout), and a oneDNN reorder
+//   converts that once per call. Reordering straight from a strided view of the flat parameters
+//   saves the copy but fails where oneDNN picks its packed format (oneDNN 2.6 on AVX2 CPUs,
+//   e.g. H 256 with N 32, or T = 1 with H not a multiple of 4: "could not create a primitive
+//   descriptor for a reorder primitive"), and a plain source reorders into any format. Weight
+//   gradients travel back the same way: reordered into the plain layout, then added into dparams.
 // - Biases: oneDNN has one bias per gate row; it gets b_ih + b_hh, and its gradient is added to
 //   the gradients of both.
 // - Lengths: oneDNN runs every sequence for all T steps, so per-sequence lengths are refused.
@@ -213,21 +217,53 @@ struct Plan {
     std::mutex mutex;
 };
 
-// PyTorch's weight_ih (or weight_hh, when `iter`) matrices of every layer and direction of a
-// group, as a oneDNN (layers, D, in, 4, H) tensor viewing the flat parameter buffer in place,
-// starting at the group's first matrix. Element (l, d, i, g, h) is row g*H + h, column i.
-inline dnnl::memory::desc user_weights_desc(const Config& config, const Group& group, bool iter) {
-    const int64_t hidden = config.hidden_size, dirs = config.num_directions();
-    const int64_t in = iter ? hidden : group.in_width;
-    // Cells of one group all own the same parameter count, so layers are equally spaced.
-    const int64_t cell = cell_param_count(config, group.first_layer);
-    return dnnl::memory::desc(Dims{group.num_layers, dirs, in, 4, hidden}, kF32,
-                              Dims{dirs * cell, cell, 1, hidden * in, in});
+// Columns of the group's weight_ih (or weight_hh, when `iter`) matrices.
+inline int64_t weights_width(const Config& config, const Group& group, bool iter) {
+    return iter ? config.hidden_size : group.in_width;
 }
 
-inline int64_t user_weights_offset(const Config& config, const Group& group, bool iter) {
-    const CellOffsets o = cell_offsets(config, group.first_layer, 0);
-    return iter ? o.weight_hh : o.weight_ih;
+// Elements of the group's weight_ih (or weight_hh) matrices, all cells.
+inline int64_t plain_weights_count(const Config& config, const Group& group, bool iter) {
+    return group.num_layers * config.num_directions() * 4 * config.hidden_size *
+           weights_width(config, group, iter);
+}
+
+// PyTorch's weight_ih (or weight_hh) matrices of every layer and direction of a group, copied one
+// after another: a oneDNN (layers, D, in, 4, H) tensor in ldgoi order, where element
+// (l, d, i, g, h) is row g*H + h, column i of cell (l, d)'s matrix.
+inline dnnl::memory::desc plain_weights_desc(const Config& config, const Group& group, bool iter) {
+    return dnnl::memory::desc(Dims{group.num_layers, config.num_directions(),
+                                   weights_width(config, group, iter), 4, config.hidden_size},
+                              kF32, Tag::ldgoi);
+}
+
+// The group's weight_ih (or weight_hh) matrices, cell by cell: calls fn(offset of the cell's
+// matrix in the flat parameters, offset in the plain layout, elements).
+template <typename Fn>
+void for_each_weight_matrix(const Config& config, const Group& group, bool iter, Fn&& fn) {
+    const int64_t count = 4 * config.hidden_size * weights_width(config, group, iter);
+    int64_t plain = 0;
+    for (int64_t l = 0; l < group.num_layers; ++l)
+        for (int64_t d = 0; d < config.num_directions(); ++d, plain += count) {
+            const CellOffsets o = cell_offsets(config, group.first_layer + l, d);
+            fn(iter ? o.weight_hh : o.weight_ih, plain, count);
+        }
+}
+
+// plain (plain_weights_desc) <- the group's weight matrices in the flat params. Host; overwrites.
+inline void gather_weights(const Config& config, const Group& group, bool iter,
+                           const float* params, float* plain) {
+    for_each_weight_matrix(config, group, iter, [&](int64_t at, int64_t to, int64_t count) {
+        std::memcpy(plain + to, params + at, sizeof(float) * count);
+    });
+}
+
+// The group's weight matrices in dparams += plain (plain_weights_desc). Host; accumulates.
+inline void add_weight_grads(const Config& config, const Group& group, bool iter,
+                             const float* plain, float* dparams) {
+    for_each_weight_matrix(config, group, iter, [&](int64_t at, int64_t from, int64_t count) {
+        for (int64_t k = 0; k < count; ++k) dparams[at + k] += plain[from + k];
+    });
 }
 
 inline dnnl::memory::desc bias_desc(const Config& config, const Group& group) {
@@ -248,13 +284,9 @@ inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& confi
                                Tag::any);
     const memory::desc w_iter(Dims{group.num_layers, dirs, hidden, 4, hidden}, kF32, Tag::any);
     const memory::desc bias = bias_desc(config, group);
-    const memory::desc user_w_layer = user_weights_desc(config, group, false);
-    const memory::desc user_w_iter = user_weights_desc(config, group, true);
+    const memory::desc user_w_layer = plain_weights_desc(config, group, false);
+    const memory::desc user_w_iter = plain_weights_desc(config, group, true);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
-    dnnl::primitive_attr sum_attr = user_scratchpad_attr();
-    dnnl::post_ops sum;
-    sum.append_sum(1.0f);
-    sum_attr.set_post_ops(sum);
 
     auto forward = [&](dnnl::prop_kind kind) {
         const dnnl::lstm_forward::desc desc(kind, direction, src, state, state, w_layer, w_iter,
@@ -284,9 +316,9 @@ inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& confi
     b.w_iter_pd =
         dnnl::reorder::primitive_desc(engine, user_w_iter, engine, b.pd.weights_iter_desc(), attr);
     b.dw_layer_pd = dnnl::reorder::primitive_desc(engine, b.pd.diff_weights_layer_desc(), engine,
-                                                  user_w_layer, sum_attr);
+                                                  user_w_layer, attr);
     b.dw_iter_pd = dnnl::reorder::primitive_desc(engine, b.pd.diff_weights_iter_desc(), engine,
-                                                 user_w_iter, sum_attr);
+                                                 user_w_iter, attr);
     check(b.pd.bias_desc() == bias && b.pd.diff_bias_desc() == bias,
           "oneDNN chose a bias or bias-gradient layout other than ldgo");
     return out;
@@ -326,6 +358,10 @@ inline size_t aligned_bytes(size_t bytes) {
 // Scratch of one call (host memory). Groups run one after another, so they share the weight
 // buffers, each sized for the largest group.
 struct Workspace {
+    // The group's weight_ih / weight_hh matrices in the plain layout (plain_weights_desc); in
+    // backward they receive the weight gradients once the weights were reordered.
+    float* plain_layer;
+    float* plain_iter;
     void* w_layer;   // the group's weight_ih matrices in the pass's oneDNN layout
     void* w_iter;    // its weight_hh matrices
     float* bias;     // (layers, D, 4, H) b_ih + b_hh
@@ -347,8 +383,10 @@ inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass p
     const int64_t state = config.num_cells() * plan.batch * config.hidden_size;
     const int64_t steps = plan.seq_len * plan.batch;
     size_t w_layer = 0, w_iter = 0, dw_layer = 0, dw_iter = 0;
-    int64_t bias = 0;
+    int64_t bias = 0, plain_layer = 0, plain_iter = 0;
     for (const GroupPlan& gp : plan.groups) {
+        plain_layer = std::max(plain_layer, plain_weights_count(config, gp.group, false));
+        plain_iter = std::max(plain_iter, plain_weights_count(config, gp.group, true));
         if (pass == Pass::backward) {
             const auto& pd = gp.backward.pd;
             w_layer = std::max(w_layer, pd.weights_layer_desc().get_size());
@@ -364,6 +402,8 @@ inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass p
             std::max(bias, gp.group.num_layers * config.num_directions() * 4 * config.hidden_size);
     }
     Workspace w{};
+    w.plain_layer = carve.take<float>(plain_layer);
+    w.plain_iter = carve.take<float>(plain_iter);
     w.w_layer = carve.take<unsigned char>(w_layer);
     w.w_iter = carve.take<unsigned char>(w_iter);
     w.bias = carve.take<float>(bias);
@@ -529,6 +569,28 @@ protected:
     }
 
 private:
+    // Runs a prebuilt reorder from `from` to `to` (host buffers in its source and destination
+    // layouts).
+    static void reorder(onednn_detail::Plan& plan, onednn_detail::Bound& r, const void* from,
+                        void* to, void* scratchpad) {
+        r.set(DNNL_ARG_FROM, from);
+        r.set(DNNL_ARG_TO, to);
+        r.set_scratchpad(scratchpad);
+        r.run(plan.stream);
+    }
+
+    // ws.w_layer / ws.w_iter <- the group's weight matrices of params in the layouts the pass's
+    // primitive wants, through the plain copies in ws.
+    static void convert_weights(onednn_detail::Plan& plan, const onednn_detail::Group& group,
+                                const float* params, const onednn_detail::Workspace& ws,
+                                onednn_detail::Bound& w_layer, onednn_detail::Bound& w_iter) {
+        using namespace onednn_detail;
+        gather_weights(plan.config, group, false, params, ws.plain_layer);
+        gather_weights(plan.config, group, true, params, ws.plain_iter);
+        reorder(plan, w_layer, ws.plain_layer, ws.w_layer, ws.scratchpad);
+        reorder(plan, w_iter, ws.plain_iter, ws.w_iter, ws.scratchpad);
+    }
+
     // Training forward when args.reserve is set, inference otherwise. Shapes as in ForwardArgs;
     // all host memory. Overwrites y, hn, cn.
     static void forward_pass(onednn_detail::Plan& plan, const ForwardArgs<float>& args) {
@@ -565,14 +627,7 @@ private:
             const Group& group = gp.group;
             const int64_t cell0 = group.first_layer * config.num_directions();
 
-            fp.w_layer.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, false));
-            fp.w_layer.set(DNNL_ARG_TO, ws.w_layer);
-            fp.w_layer.set_scratchpad(ws.scratchpad);
-            fp.w_layer.run(plan.stream);
-            fp.w_iter.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, true));
-            fp.w_iter.set(DNNL_ARG_TO, ws.w_iter);
-            fp.w_iter.set_scratchpad(ws.scratchpad);
-            fp.w_iter.run(plan.stream);
+            convert_weights(plan, group, params, ws, fp.w_layer, fp.w_iter);
             sum_biases(config, group, params, ws.bias);
 
             Bound& lstm = fp.lstm;
@@ -632,14 +687,7 @@ private:
             const int64_t cell0 = group.first_layer * config.num_directions();
             const bool top = g + 1 == groups;
 
-            bp.w_layer.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, false));
-            bp.w_layer.set(DNNL_ARG_TO, ws.w_layer);
-            bp.w_layer.set_scratchpad(ws.scratchpad);
-            bp.w_layer.run(plan.stream);
-            bp.w_iter.set(DNNL_ARG_FROM, params + user_weights_offset(config, group, true));
-            bp.w_iter.set(DNNL_ARG_TO, ws.w_iter);
-            bp.w_iter.set_scratchpad(ws.scratchpad);
-            bp.w_iter.run(plan.stream);
+            convert_weights(plan, group, params, ws, bp.w_layer, bp.w_iter);
             sum_biases(config, group, params, ws.bias);
             std::memset(ws.dw_layer, 0, bp.pd.diff_weights_layer_desc().get_size());
             std::memset(ws.dw_iter, 0, bp.pd.diff_weights_iter_desc().get_size());
@@ -668,16 +716,13 @@ private:
             lstm.set_scratchpad(ws.scratchpad);
             lstm.run(plan.stream);
 
-            // Weight gradients: oneDNN's layout -> PyTorch's, added into dparams.
-            bp.dw_layer.set(DNNL_ARG_FROM, ws.dw_layer);
-            bp.dw_layer.set(DNNL_ARG_TO, dparams + user_weights_offset(config, group, false));
-            bp.dw_layer.set_scratchpad(ws.scratchpad);
-            bp.dw_layer.run(plan.stream);
-            bp.dw_iter.set(DNNL_ARG_FROM, ws.dw_iter);
-            bp.dw_iter.set(DNNL_ARG_TO, dparams + user_weights_offset(config, group, true));
-            bp.dw_iter.set_scratchpad(ws.scratchpad);
-            bp.dw_iter.run(plan.stream);
+            // Weight gradients: oneDNN's layout -> the plain one (the weights there were consumed by
+            // the reorders above), then added into dparams.
+            reorder(plan, bp.dw_layer, ws.dw_layer, ws.plain_layer, ws.scratchpad);
+            reorder(plan, bp.dw_iter, ws.dw_iter, ws.plain_iter, ws.scratchpad);
             plan.stream.wait();
+            add_weight_grads(config, group, false, ws.plain_layer, dparams);
+            add_weight_grads(config, group, true, ws.plain_iter, dparams);
             add_bias_grads(config, group, ws.dbias, dparams);
         }
     }

@@ -1,0 +1,72 @@
+// Highway's per-target compilation of the small kernels behind kernels/cpu/simd.hpp: this file is
+// included once per target by hwy/foreach_target.h, and the HWY_ONCE part dispatches.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "kernels/cpu/simd.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace lstm::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+int64_t TargetBits() { return HWY_TARGET; }
+
+int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+int64_t FmaPeakLoop(int64_t iterations) {
+    const hn::ScalableTag<float> d;
+    // 12 independent chains: FMA latency (4-5 cycles) times two FMA ports is at most 10 in flight,
+    // and 12 accumulators plus 2 operands fit AVX2's 16 registers.
+    constexpr int kChains = 12;
+    auto a = hn::Set(d, 0.999f), b = hn::Set(d, 1e-7f);
+    decltype(a) acc[kChains];
+#pragma GCC unroll 12
+    for (int j = 0; j < kChains; ++j) acc[j] = hn::Set(d, static_cast<float>(j));
+    // Unrolled so the chains live in registers, not in the array.
+    for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+        for (int j = 0; j < kChains; ++j) acc[j] = hn::MulAdd(acc[j], a, b);
+    }
+    // Keeps the chains alive: the sum is returned through a volatile store.
+    auto sum = acc[0];
+    for (int j = 1; j < kChains; ++j) sum = hn::Add(sum, acc[j]);
+    volatile float sink = hn::GetLane(sum);
+    (void)sink;
+    return iterations * kChains * static_cast<int64_t>(hn::Lanes(d)) * 2;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lstm::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lstm::kernels::cpu {
+
+HWY_EXPORT(TargetBits);
+HWY_EXPORT(FloatLanes);
+HWY_EXPORT(FmaPeakLoop);
+
+const char* simd_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetBits)()); }
+
+int64_t simd_float_lanes() { return HWY_DYNAMIC_DISPATCH(FloatLanes)(); }
+
+void restrict_simd_to_avx2(bool avx2_max) {
+    restrict_simd(avx2_max ? SimdCap::avx2 : SimdCap::all);
+}
+
+void restrict_simd(SimdCap cap) {
+    const int64_t above_avx2 = HWY_AVX3 | HWY_AVX3_DL;
+    const int64_t disabled = cap == SimdCap::avx2   ? above_avx2
+                             : cap == SimdCap::sse4 ? above_avx2 | HWY_AVX2
+                                                    : 0;
+    // Replaces the disabled set (0 enables all again); Highway re-chooses the dispatched target.
+    hwy::DisableTargets(disabled);
+}
+
+int64_t fma_peak_loop(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaPeakLoop)(iterations); }
+
+}  // namespace lstm::kernels::cpu
+#endif
