@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -15,6 +16,7 @@
 #include "braun.hpp"
 #include "cuda_bench.hpp"
 #include "flops.hpp"
+#include "host_context.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
 #include "reference_check.hpp"
@@ -98,6 +100,8 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     // cuda: CUDA events around the whole step, the host-to-device copy of the batch included
     // (train_step makes it), as Braun timed it; host: the benchmark's real-time clock.
     StepTimer timer(model.lstm().context());
+    // The span the benchmark's real-time clock sees too (to microseconds), for peak_frac.
+    const auto loop_start = std::chrono::steady_clock::now();
     for (auto _ : state) {
         timer.start();
         const float loss = model.train_step(x, lengths, targets, target_lengths);
@@ -109,10 +113,16 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
         }
         benchmark::DoNotOptimize(loss);
     }
+    const double loop_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
 
+    const double flops = lstm_training_step_flops(s.config, data.lengths);
     state.counters["GFLOP/s"] =
-        benchmark::Counter(lstm_training_step_flops(s.config, data.lengths) / kFlopsPerGflop,
-                           benchmark::Counter::kIsIterationInvariantRate);
+        benchmark::Counter(flops / kFlopsPerGflop, benchmark::Counter::kIsIterationInvariantRate);
+    // The host's FMA peak says nothing about a GPU's, so GPU cases get no fraction.
+    if (c.variant->device() == Device::cpu)
+        state.counters["peak_frac"] =
+            peak_fraction(flops, state.iterations(), loop_seconds, c.threads);
     const LstmT<float>& lstm = model.lstm();
     state.counters["reserve_bytes"] =
         benchmark::Counter(static_cast<double>(lstm.reserve_bytes()), benchmark::Counter::kDefaults,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "braun.hpp"
+#include "kernels/cpu/simd.hpp"
 #include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/detail/random.hpp"
 #include "lstm/loss/ctc.hpp"
@@ -108,19 +109,25 @@ void time_ctc(benchmark::State& state, int threads) {
 }  // namespace
 
 void register_ctc_cases(const BenchFlags& flags) {
-    for (int threads : flags.threads) {
-        const std::string name = "loss/ctc/cpu/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [threads](benchmark::State& state) {
-                                         try {
-                                             time_ctc(state, threads);
-                                         } catch (const std::exception& e) {
-                                             state.SkipWithError(e.what());
-                                         }
-                                     })
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
-    }
+    // cpu-avx2: the kernel's AVX2 code on any host, standing in for AVX2-only machines.
+    for (const bool avx2 : {false, true})
+        for (int threads : flags.threads) {
+            const std::string name = std::string(avx2 ? "loss/ctc/cpu-avx2" : "loss/ctc/cpu") +
+                                     "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(),
+                                         [threads, avx2](benchmark::State& state) {
+                                             kernels::cpu::restrict_simd_to_avx2(avx2);
+                                             state.SetLabel(kernels::cpu::simd_target_name());
+                                             try {
+                                                 time_ctc(state, threads);
+                                             } catch (const std::exception& e) {
+                                                 state.SkipWithError(e.what());
+                                             }
+                                             kernels::cpu::restrict_simd_to_avx2(false);
+                                         })
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+        }
 }
 
 }  // namespace lstm::bench

@@ -15,6 +15,7 @@
 
 #include "cuda_bench.hpp"
 #include "flops.hpp"
+#include "host_context.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/detail/random.hpp"
 #include "lstm/device_context.hpp"
@@ -246,14 +247,19 @@ public:
             events_.stop(state);
             return;
         }
-        state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start_).count());
+        const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+        state.SetIterationTime(seconds);
+        host_seconds_ += seconds;
     }
+    // The sum of the host clock's iteration times: the manual time a cpu case reports.
+    double host_seconds() const { return host_seconds_; }
 
 private:
     using Clock = std::chrono::steady_clock;
     StepTimer events_;
     bool on_device_;
     Clock::time_point start_;
+    double host_seconds_ = 0;
 };
 
 void time_pass(benchmark::State& state, const DeepBenchCase& c) {
@@ -280,9 +286,13 @@ void time_pass(benchmark::State& state, const DeepBenchCase& c) {
     // Each pass is one forward's worth of GEMMs under the FLOP convention (bench/flops.hpp):
     // data = dgates times both weight matrices, weights = dgates times both partners.
     const std::vector<int64_t> lengths(static_cast<size_t>(c.shape.batch), c.shape.seq_len);
+    const double flops = lstm_forward_flops(p.config(), lengths);
     state.counters["GFLOP/s"] =
-        benchmark::Counter(lstm_forward_flops(p.config(), lengths) / kFlopsPerGflop,
-                           benchmark::Counter::kIsIterationInvariantRate);
+        benchmark::Counter(flops / kFlopsPerGflop, benchmark::Counter::kIsIterationInvariantRate);
+    // The host's FMA peak says nothing about a GPU's, so cuda cases get no fraction.
+    if (on_cpu(c))
+        state.counters["peak_frac"] =
+            peak_fraction(flops, state.iterations(), timer.host_seconds(), c.threads);
     state.counters["reserve_bytes"] =
         benchmark::Counter(static_cast<double>(p.reserve_bytes()), benchmark::Counter::kDefaults,
                            benchmark::Counter::kIs1024);

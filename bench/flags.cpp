@@ -76,7 +76,11 @@ void print_help() {
         "                               steps; bahrampour/: passes over its 16 batches;\n"
         "                               deepbench/: the timed call with its prerequisites\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
-        "--benchmark_report_aggregates_only=true.\n",
+        "--benchmark_report_aggregates_only=true.\n"
+        "\nBefore the cases run, this machine's fp32 FMA peak is measured for every CPU thread\n"
+        "count the cases use (about 0.2 s each); CPU cases report peak_frac = GFLOP/s / that\n"
+        "peak. The context printed first names the CPU, its instruction sets and the path each\n"
+        "variant takes on it (docs/benchmarks.md, \"Peak and paths\").\n",
         all_cpu_threads());
 }
 

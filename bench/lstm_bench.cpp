@@ -5,11 +5,13 @@
 
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "braun_bench.hpp"
 #include "ctc_bench.hpp"
 #include "deepbench_bench.hpp"
 #include "flags.hpp"
+#include "host_context.hpp"
 #include "imdb_bench.hpp"
 
 int main(int argc, char** argv) {
@@ -26,6 +28,11 @@ int main(int argc, char** argv) {
     lstm::bench::register_ctc_cases(flags);
     lstm::bench::register_imdb_cases(flags);
     lstm::bench::register_deepbench_cases(flags);
+    // Every count a CPU case runs with: braun, deepbench and loss/ctc use --lstm_threads,
+    // bahrampour its own sweep unless that flag is given.
+    std::vector<int> cpu_threads = flags.threads;
+    for (int k : lstm::bench::imdb_thread_counts(flags)) cpu_threads.push_back(k);
+    lstm::bench::add_host_context(cpu_threads);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

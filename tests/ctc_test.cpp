@@ -21,6 +21,7 @@
 #include "ctc_cases.hpp"
 #include "lstm/loss/ctc.hpp"
 #include "lstm/reference/ctc_reference.hpp"
+#include "simd_levels.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -33,6 +34,7 @@ using lstm::loss::Reduction;
 using lstm::reference::CtcReferenceCase;
 using lstm::reference::CtcReferenceResult;
 
+using lstm::test::simd_element_t;
 using lstm::test::ctc::check_against_reference;
 using lstm::test::ctc::kInf;
 using lstm::test::ctc::kReductions;
@@ -135,8 +137,9 @@ double log_choose(double n, double k) {
 // Published values
 // ---------------------------------------------------------------------------------------------
 
-TEMPLATE_TEST_CASE("ctc_loss reproduces the published CTC values", "[ctc]", float, double) {
-    using T = TestType;
+TEMPLATE_TEST_CASE("ctc_loss reproduces the published CTC values", "[ctc]", LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     lstm::test::ctc::check_published_ctc<T>(
         [](const CtcReferenceCase& c) { return run_ctc<T>(c); },
         [](const lstm::test::ctc::PublishedCtc& p, const CtcReferenceCase& c, const Run<T>&) {
@@ -150,7 +153,9 @@ TEMPLATE_TEST_CASE("ctc_loss reproduces the published CTC values", "[ctc]", floa
 // The oracle and the kernel against an enumeration of every path
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("ctc reference and kernel equal brute-force path enumeration for T <= 6", "[ctc]") {
+TEMPLATE_TEST_CASE("ctc reference and kernel equal brute-force path enumeration for T <= 6",
+                   "[ctc]", LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
     struct Small {
         int64_t frames, classes, blank;
         std::vector<int64_t> labels;
@@ -198,7 +203,9 @@ TEST_CASE("ctc reference and kernel equal brute-force path enumeration for T <= 
     }
 }
 
-TEST_CASE("ctc log-probs with -inf entries (impossible classes) match brute force", "[ctc]") {
+TEMPLATE_TEST_CASE("ctc log-probs with -inf entries (impossible classes) match brute force",
+                   "[ctc]", LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
     const int64_t frames = 5, classes = 4;
     auto lp = lstm::test::random_vector<double>(frames * classes, 7, -3.0, 0.0);
     lp[0 * classes + 2] = -kInf;  // label 2 impossible at t = 0
@@ -217,7 +224,9 @@ TEST_CASE("ctc log-probs with -inf entries (impossible classes) match brute forc
     }
 }
 
-TEST_CASE("ctc number of alignments of uniform inputs equals the closed form", "[ctc]") {
+TEMPLATE_TEST_CASE("ctc number of alignments of uniform inputs equals the closed form", "[ctc]",
+                   LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
     // With uniform inputs every path has probability C^-T, so loss = T ln C - ln(#alignments);
     // the count C(T + L - R, 2L) (R = adjacent repeats) is checked here against enumeration.
     const int64_t classes = 3;
@@ -246,7 +255,9 @@ TEST_CASE("ctc number of alignments of uniform inputs equals the closed form", "
 // Finite differences
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("ctc gradient matches central finite differences in double", "[ctc]") {
+TEMPLATE_TEST_CASE("ctc gradient matches central finite differences in double", "[ctc]",
+                   LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
     // Variable lengths, a repeat, an empty target and blank = C - 1; every input element,
     // including padded frames (whose finite difference is 0), for both input kinds and every
     // reduction. The kernel's analytic gradient is compared with differences of the reference.
@@ -284,15 +295,19 @@ TEST_CASE("ctc gradient matches central finite differences in double", "[ctc]") 
 // Kernel against the reference
 // ---------------------------------------------------------------------------------------------
 
-TEMPLATE_TEST_CASE("ctc_loss matches the reference on random batches", "[ctc]", float, double) {
-    using T = TestType;
+TEMPLATE_TEST_CASE("ctc_loss matches the reference on random batches", "[ctc]",
+                   LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     lstm::test::ctc::check_random_batches<T>(
         lstm::test::ctc::random_batch_shapes(), 500,
         [](const CtcReferenceCase& c, Targets layout) { return run_ctc<T>(c, layout); });
 }
 
-TEMPLATE_TEST_CASE("ctc_loss stays exact and finite on extreme logits", "[ctc]", float, double) {
-    using T = TestType;
+TEMPLATE_TEST_CASE("ctc_loss stays exact and finite on extreme logits", "[ctc]",
+                   LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     // Logits of +-100 and +-1e4: log-probs of -2e4 per frame, where a probability-space recursion
     // underflows. The double reference is exact in log space, so the kernel must agree with it.
     for (const double scale : {100.0, 1e4}) {
@@ -320,8 +335,9 @@ TEMPLATE_TEST_CASE("ctc_loss stays exact and finite on extreme logits", "[ctc]",
 // ---------------------------------------------------------------------------------------------
 
 TEMPLATE_TEST_CASE("ctc gradient sums per frame to 0 (logits) or -scale (log-probs), padding is 0",
-                   "[ctc]", float, double) {
-    using T = TestType;
+                   "[ctc]", LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     CtcReferenceCase c = random_case(20, {20, 11, 1, 16}, {6, 4, 0, 7}, 7, 2, 91);
     for (const bool logits : {true, false}) {
         for (const Reduction reduction : kReductions) {
@@ -353,8 +369,10 @@ TEMPLATE_TEST_CASE("ctc gradient sums per frame to 0 (logits) or -scale (log-pro
     }
 }
 
-TEMPLATE_TEST_CASE("ctc batch equals each sample run alone, bit for bit", "[ctc]", float, double) {
-    using T = TestType;
+TEMPLATE_TEST_CASE("ctc batch equals each sample run alone, bit for bit", "[ctc]",
+                   LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     CtcReferenceCase c = random_case(25, {25, 9, 18, 25, 3}, {8, 2, 17, 0, 2}, 6, 0, 123);
     c.reduction = Reduction::sum;
     c.targets[2] = std::vector<int64_t>(9, 3);  // 9 repeats: 18 frames is exactly feasible
@@ -390,8 +408,9 @@ TEMPLATE_TEST_CASE("ctc batch equals each sample run alone, bit for bit", "[ctc]
 }
 
 TEMPLATE_TEST_CASE("ctc results are bit-identical for every thread count and workspace size",
-                   "[ctc]", float, double) {
-    using T = TestType;
+                   "[ctc]", LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     CtcReferenceCase c =
         random_case(60, {60, 41, 59, 7, 33, 60, 12}, {20, 11, 25, 3, 9, 1, 5}, 11, 0, 321);
     c.reduction = Reduction::mean;
@@ -415,8 +434,9 @@ TEMPLATE_TEST_CASE("ctc results are bit-identical for every thread count and wor
 }
 
 TEMPLATE_TEST_CASE("ctc infeasible samples: +inf and zero gradient, or 0 under zero_infinity",
-                   "[ctc]", float, double) {
-    using T = TestType;
+                   "[ctc]", LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     // Sample 0 needs 5 frames (3 labels + 2 repeats) but has 4; sample 1 needs more labels than
     // frames; sample 2 is fine.
     CtcReferenceCase c = random_case(6, {4, 3, 6}, {3, 4, 2}, 5, 0, 55);
@@ -444,7 +464,9 @@ TEMPLATE_TEST_CASE("ctc infeasible samples: +inf and zero gradient, or 0 under z
     }
 }
 
-TEST_CASE("ctc mean divides each loss by its target length (min 1), then averages", "[ctc]") {
+TEMPLATE_TEST_CASE("ctc mean divides each loss by its target length (min 1), then averages",
+                   "[ctc]", LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
     CtcReferenceCase c = random_case(15, {15, 10, 12}, {4, 0, 6}, 5, 0, 8);
     c.reduction = Reduction::none;
     const Run<double> none = run_ctc<double>(c);
@@ -468,8 +490,10 @@ TEST_CASE("ctc mean divides each loss by its target length (min 1), then average
             }
 }
 
-TEMPLATE_TEST_CASE("ctc_loss without a gradient gives the same losses", "[ctc]", float, double) {
-    using T = TestType;
+TEMPLATE_TEST_CASE("ctc_loss without a gradient gives the same losses", "[ctc]",
+                   LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     CtcReferenceCase c = random_case(30, {30, 21}, {10, 7}, 8, 0, 4);
     c.reduction = Reduction::mean;
     const Run<T> with = run_ctc<T>(c);
@@ -591,8 +615,9 @@ TEST_CASE("ctc_loss rejects bad arguments with lstm::Error naming them", "[ctc]"
 // Long inputs: float against double at T = 5000
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("ctc at T = 5000: float agrees with the double reference (grad 1e-4, loss 1e-6)",
-          "[ctc]") {
+TEMPLATE_TEST_CASE("ctc at T = 5000: float agrees with the double reference (grad 1e-4, loss 1e-6)",
+                   "[ctc]", LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
     // Two inputs a float recursion gets wrong: random logits, and "peaky" logits like those of
     // a trained model (blank dominant, each label spiking once near its place), where alpha
     // spans thousands of nats. The reference runs in double on the float-rounded inputs, so the
@@ -619,8 +644,9 @@ TEST_CASE("ctc at T = 5000: float agrees with the double reference (grad 1e-4, l
 }
 
 TEMPLATE_TEST_CASE("ctc at T = 5000 with uniform inputs equals T ln C - ln C(T + L - R, 2L)",
-                   "[ctc]", float, double) {
-    using T = TestType;
+                   "[ctc]", LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
     const int64_t frames = 5000, classes = 20;
     CtcReferenceCase c = random_case(frames, {frames, 3001}, {600, 1400}, classes, 0, 5);
     for (double& v : c.input) v = 0.7;

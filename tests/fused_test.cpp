@@ -1,8 +1,9 @@
-// What the registry tests cannot see of the `fused` variant: its two instruction-set paths
-// (the registry runs whichever one is automatic), shapes large enough for full micro-tiles,
-// inference forward, mixing paths between forward and backward, thread-count invariance of the
-// AVX-512 path, the packed weight layouts, the vector gate math against kernels/common/gates.hpp,
-// and the instruction-set switch itself.
+// What the registry tests cannot see of the `fused` variant: its instruction-set paths (the
+// registry runs whichever one is automatic), shapes large enough for full micro-tiles, inference
+// forward, mixing paths between forward and backward, thread-count invariance of the SIMD paths,
+// every Highway target of kernels/cpu/fused_simd.hpp (not only the AVX2 one the avx2 path runs),
+// the packed weight layouts, the vector gate math against kernels/common/gates.hpp, and the
+// instruction-set switch itself.
 
 #include "lstm/variants/fused.hpp"
 
@@ -13,13 +14,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/common/gates.hpp"
 #include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/fused_cell.hpp"
+#include "kernels/cpu/fused_simd.hpp"
 #include "lstm/detail/aligned_buffer.hpp"
 #include "tolerance.hpp"
 #include "variant_runner.hpp"
@@ -56,7 +60,16 @@ struct ThreadScope {
 // The instruction sets this machine can run.
 std::vector<FusedIsa> available_isas() {
     std::vector<FusedIsa> out = {FusedIsa::eigen};
-    if (kernels::cpu::cpu_has_avx512()) out.push_back(FusedIsa::avx512);
+    for (FusedIsa isa : {FusedIsa::avx512, FusedIsa::avx2})
+        if (cpu::fused_isa_available(isa)) out.push_back(isa);
+    return out;
+}
+
+// Those whose own GEMMs sum every output element in a fixed order (same bits for any split).
+std::vector<FusedIsa> ordered_isas() {
+    std::vector<FusedIsa> out;
+    for (FusedIsa isa : available_isas())
+        if (isa != FusedIsa::eigen) out.push_back(isa);
     return out;
 }
 
@@ -127,58 +140,60 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
     }
 }
 
-TEST_CASE("fused: forward on one instruction set, backward on the other", "[fused]") {
-    if (!kernels::cpu::cpu_has_avx512()) {
-        LSTM_SKIP("no AVX-512F on this CPU: only the eigen path exists, nothing to mix");
+TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]") {
+    const std::vector<FusedIsa> isas = available_isas();
+    if (isas.size() < 2) {
+        LSTM_SKIP("no AVX2 or AVX-512F on this CPU: only the eigen path exists, nothing to mix");
     }
-    // Both paths write the same reserve layout; a backward may follow a forward of the other.
+    // All paths write the same reserve layout; a backward may follow a forward of another.
     const Shape s = tile_shapes()[0];
     const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 31);
     const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
     const double bwd = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::backward);
-    for (FusedIsa forward_isa : {FusedIsa::avx512, FusedIsa::eigen}) {
-        const FusedIsa backward_isa =
-            forward_isa == FusedIsa::avx512 ? FusedIsa::eigen : FusedIsa::avx512;
-        // run_variant calls forward then backward; switch in between through a variant wrapper.
-        struct Switching final : Variant {
-            FusedIsa second;
-            const char* name() const override { return "fused"; }
-            Device device() const override { return Device::cpu; }
-            std::optional<std::string> supports(const Config& cfg, DType dt) const override {
-                return fused_variant().supports(cfg, dt);
-            }
-            size_t workspace_bytes(const Config& cfg, DType dt, int64_t t,
-                                   int64_t n) const override {
-                return fused_variant().workspace_bytes(cfg, dt, t, n);
-            }
-            size_t reserve_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
-                return fused_variant().reserve_bytes(cfg, dt, t, n);
-            }
-            void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {
-                fused_variant().forward(cfg, a);
-                cpu::set_fused_isa(second);
-            }
-            void run_backward(const Config& cfg, const BackwardArgs<float>& a) const override {
-                fused_variant().backward(cfg, a);
-            }
-        } mixed;
-        mixed.second = backward_isa;
-        const IsaScope scope(forward_isa);
-        const VariantResult got = run_variant<float>(mixed, c);
-        INFO("forward " << cpu::fused_isa_name(forward_isa) << ", backward "
-                        << cpu::fused_isa_name(backward_isa));
-        LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-        LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-        LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-        LSTM_CHECK_CLOSE(compare_scaled("dparams", got.dparams, ref_grads.dparams, bwd));
-    }
+    for (FusedIsa forward_isa : isas)
+        for (FusedIsa backward_isa : isas) {
+            if (backward_isa == forward_isa) continue;
+            // run_variant calls forward then backward; switch in between through a variant wrapper.
+            struct Switching final : Variant {
+                FusedIsa second;
+                const char* name() const override { return "fused"; }
+                Device device() const override { return Device::cpu; }
+                std::optional<std::string> supports(const Config& cfg, DType dt) const override {
+                    return fused_variant().supports(cfg, dt);
+                }
+                size_t workspace_bytes(const Config& cfg, DType dt, int64_t t,
+                                       int64_t n) const override {
+                    return fused_variant().workspace_bytes(cfg, dt, t, n);
+                }
+                size_t reserve_bytes(const Config& cfg, DType dt, int64_t t,
+                                     int64_t n) const override {
+                    return fused_variant().reserve_bytes(cfg, dt, t, n);
+                }
+                void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {
+                    fused_variant().forward(cfg, a);
+                    cpu::set_fused_isa(second);
+                }
+                void run_backward(const Config& cfg, const BackwardArgs<float>& a) const override {
+                    fused_variant().backward(cfg, a);
+                }
+            } mixed;
+            mixed.second = backward_isa;
+            const IsaScope scope(forward_isa);
+            const VariantResult got = run_variant<float>(mixed, c);
+            INFO("forward " << cpu::fused_isa_name(forward_isa) << ", backward "
+                            << cpu::fused_isa_name(backward_isa));
+            LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+            LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+            LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+            LSTM_CHECK_CLOSE(compare_scaled("dparams", got.dparams, ref_grads.dparams, bwd));
+        }
 }
 
 TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
     // Inference projects the input one step at a time and keeps c in a running buffer and layer
-    // outputs in a ping-pong pair instead of the reserve. On the avx512 path every row's sums are
-    // the same either way, so the bits are; Eigen picks its blocking from the GEMM's size, so the
-    // eigen path agrees to rounding.
+    // outputs in a ping-pong pair instead of the reserve. On the avx512 and avx2 paths every row's
+    // sums are the same either way, so the bits are; Eigen picks its blocking from the GEMM's
+    // size, so the eigen path agrees to rounding.
     const Shape s = tile_shapes()[0];
     const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 57);
     for (FusedIsa isa : available_isas()) {
@@ -186,7 +201,7 @@ TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
         INFO("isa " << cpu::fused_isa_name(isa));
         const VariantResult train = run_variant<float>(fused_variant(), c);
         const VariantResult infer = run_inference<float>(c);
-        if (isa == FusedIsa::avx512) {
+        if (isa != FusedIsa::eigen) {
             CHECK(infer.y == train.y);
             CHECK(infer.hn == train.hn);
             CHECK(infer.cn == train.cn);
@@ -204,24 +219,26 @@ TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
     }
 }
 
-TEST_CASE("fused: the avx512 path gives the same bits for any thread count", "[fused]") {
-    if (!kernels::cpu::cpu_has_avx512()) {
-        LSTM_SKIP("no AVX-512F on this CPU: the guarantee is the avx512 path's");
+TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread count", "[fused]") {
+    if (ordered_isas().empty()) {
+        LSTM_SKIP("no AVX2 or AVX-512F on this CPU: the guarantee is the SIMD paths'");
     }
     // Every output element is summed in the same order whatever the split of blocks, rows and
     // steps among threads, so 1, 2, 3 and 5 threads (5 > blocks of a layer here) agree exactly.
     const Shape s = tile_shapes()[0];
     const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 91);
-    const IsaScope scope(FusedIsa::avx512);
-    VariantResult one;
-    {
-        const ThreadScope threads(1);
-        one = run_variant<float>(fused_variant(), c);
-    }
-    for (int n : {2, 3, 5}) {
-        const ThreadScope threads(n);
-        INFO(n << " threads");
-        check_identical(run_variant<float>(fused_variant(), c), one);
+    for (FusedIsa isa : ordered_isas()) {
+        const IsaScope scope(isa);
+        VariantResult one;
+        {
+            const ThreadScope threads(1);
+            one = run_variant<float>(fused_variant(), c);
+        }
+        for (int n : {2, 3, 5}) {
+            const ThreadScope threads(n);
+            INFO("isa " << cpu::fused_isa_name(isa) << ", " << n << " threads");
+            check_identical(run_variant<float>(fused_variant(), c), one);
+        }
     }
 }
 
@@ -292,12 +309,82 @@ TEST_CASE("fused: portable packing follows the interleaved layout", "[fused]") {
     CHECK(back == w);
 }
 
+namespace {
+
+// Checks vector gate math against kernels/common/gates.hpp: activations(x, sigmoid, tanh) on 16
+// floats, and cell(pre (4, 16), c_prev, dh, dc (16 each), out (11, 16)) writing i, f, g, o, c, h,
+// di, df, dg, do, dc_prev.
+void check_gate_math(const std::function<void(const float*, float*, float*)>& activations,
+                     const std::function<void(const float*, const float*, const float*,
+                                              const float*, float*)>& cell) {
+    namespace k = lstm::kernels;
+    // Relative accuracy of the activations (few ulp, including near 0 where tanh x ~ x), checked
+    // against the double functions over a wide range.
+    const auto xs = random_vector<float>(16 * 400, 5, -30.0, 30.0);
+    double worst_sig = 0, worst_tanh = 0;
+    for (size_t base = 0; base < xs.size(); base += 16) {
+        float x[16], sig[16], th[16];
+        for (int u = 0; u < 16; ++u) x[u] = xs[base + u] * (base % 32 == 0 ? 1e-6f : 1.0f);
+        activations(x, sig, th);
+        for (int u = 0; u < 16; ++u) {
+            const double s = k::sigmoid(static_cast<double>(x[u]));
+            const double t = k::tanh_act(static_cast<double>(x[u]));
+            worst_sig = std::max(worst_sig, std::abs(sig[u] - s) / s);
+            if (t != 0) worst_tanh = std::max(worst_tanh, std::abs(th[u] - t) / std::abs(t));
+        }
+    }
+    CHECK(worst_sig < 4e-7);
+    CHECK(worst_tanh < 4e-7);
+    // Saturation: exactly 0 and 1 (sigmoid) and +-1 (tanh), no NaN; NaN propagates.
+    const float inf = std::numeric_limits<float>::infinity();
+    float x[16] = {-1e4f, 1e4f,   -100.0f, 100.0f,  -inf,  inf,    0.0f, -0.0f,
+                   20.0f, -20.0f, 1e-30f,  -1e-30f, 88.0f, -88.0f, 9.5f, std::nanf("")};
+    float sig[16], th[16];
+    activations(x, sig, th);
+    CHECK(sig[0] == 0.0f);
+    CHECK(sig[1] == 1.0f);
+    CHECK(sig[4] == 0.0f);
+    CHECK(sig[5] == 1.0f);
+    CHECK(th[0] == -1.0f);
+    CHECK(th[1] == 1.0f);
+    CHECK(th[4] == -1.0f);
+    CHECK(th[5] == 1.0f);
+    CHECK(th[6] == 0.0f);
+    CHECK(std::signbit(th[7]));
+    CHECK(th[10] == 1e-30f);
+    CHECK(th[11] == -1e-30f);
+    for (int u = 0; u < 15; ++u) {
+        CHECK(std::isfinite(sig[u]));
+        CHECK(std::isfinite(th[u]));
+    }
+    CHECK(std::isnan(sig[15]));
+    CHECK(std::isnan(th[15]));
+
+    // The whole cell, forward and backward, against gates.hpp in float.
+    const auto pre = random_vector<float>(64, 11, -6.0, 6.0);
+    const auto c_prev = random_vector<float>(16, 12, -3.0, 3.0);
+    const auto dh = random_vector<float>(16, 13);
+    const auto dc = random_vector<float>(16, 14);
+    float out[16 * 11];
+    cell(pre.data(), c_prev.data(), dh.data(), dc.data(), out);
+    for (int u = 0; u < 16; ++u) {
+        const k::Gates<float> a = k::activate(pre[u], pre[16 + u], pre[32 + u], pre[48 + u]);
+        const float c = k::cell_state(a, c_prev[u]);
+        const k::CellGrads<float> d = k::cell_backward(a, c_prev[u], c, dh[u], dc[u]);
+        const float want[11] = {a.i,  a.f,  a.g,  a.o,   c,        k::hidden_state(a, c),
+                                d.di, d.df, d.dg, d.d_o, d.dc_prev};
+        for (int q = 0; q < 11; ++q) {
+            INFO("unit " << u << ", quantity " << q);
+            CHECK(out[16 * q + u] == Approx(want[q]).epsilon(2e-6).margin(1e-7));
+        }
+    }
+}
+
+}  // namespace
+
 #if LSTM_HAVE_AVX512_KERNELS
-TEST_CASE("fused: AVX-512 packed strips follow their layout", "[fused]") {
+TEST_CASE("fused: packed strips follow their layout", "[fused]") {
     using namespace lstm::kernels::cpu;
-    // The packers are compiled for AVX-512 (the compiler vectorizes them with it), so they run
-    // only where the CPU has it.
-    if (!cpu_has_avx512()) LSTM_SKIP("no AVX-512F on this CPU: its packers cannot run here");
     const int64_t hidden = 21, k_size = 19;  // padded units and a partial column strip
     const FusedLayout lay(hidden);
     std::vector<float> w(4 * hidden * k_size);
@@ -305,7 +392,7 @@ TEST_CASE("fused: AVX-512 packed strips follow their layout", "[fused]") {
     const BlockRange all{0, lay.blocks};
     // Forward strips: strip blk * 4 + gate, row k, lane u <- w[gate * H + 16 blk + u][k].
     std::vector<float> fwd(lay.gate_cols * k_size, -1.0f);
-    avx512::pack_gate_strips(w.data(), k_size, lay, all, fwd.data());
+    pack_gate_strips(w.data(), k_size, lay, all, fwd.data());
     for (int64_t blk = 0; blk < lay.blocks; ++blk)
         for (int64_t gate = 0; gate < 4; ++gate)
             for (int64_t k = 0; k < k_size; ++k)
@@ -318,7 +405,7 @@ TEST_CASE("fused: AVX-512 packed strips follow their layout", "[fused]") {
     // Column strips: strip q, row c (a gate column), lane u <- w[row of c][16 q + u].
     const int64_t strips = (k_size + kUnitBlock - 1) / kUnitBlock;
     std::vector<float> bwd(strips * lay.gate_cols * kUnitBlock, -1.0f);
-    avx512::pack_column_strips(w.data(), k_size, lay, all, bwd.data());
+    pack_column_strips(w.data(), k_size, lay, all, bwd.data());
     for (int64_t gate = 0; gate < 4; ++gate)
         for (int64_t unit = 0; unit < lay.hidden_padded; ++unit)
             for (int64_t col = 0; col < strips * kUnitBlock; ++col) {
@@ -372,72 +459,94 @@ TEST_CASE("fused: AVX-512 gate math agrees with kernels/common/gates.hpp", "[fus
     if (!kernels::cpu::cpu_has_avx512()) {
         LSTM_SKIP("no AVX-512F on this CPU: its gate math cannot run here");
     }
-    namespace k = lstm::kernels;
-    // Relative accuracy of the activations (few ulp, including near 0 where tanh x ~ x), checked
-    // against the double functions over a wide range.
-    const auto xs = random_vector<float>(16 * 400, 5, -30.0, 30.0);
-    double worst_sig = 0, worst_tanh = 0;
-    for (size_t base = 0; base < xs.size(); base += 16) {
-        float x[16], sig[16], th[16];
-        for (int u = 0; u < 16; ++u) x[u] = xs[base + u] * (base % 32 == 0 ? 1e-6f : 1.0f);
-        vector_activations(x, sig, th);
-        for (int u = 0; u < 16; ++u) {
-            const double s = k::sigmoid(static_cast<double>(x[u]));
-            const double t = k::tanh_act(static_cast<double>(x[u]));
-            worst_sig = std::max(worst_sig, std::abs(sig[u] - s) / s);
-            if (t != 0) worst_tanh = std::max(worst_tanh, std::abs(th[u] - t) / std::abs(t));
-        }
-    }
-    CHECK(worst_sig < 4e-7);
-    CHECK(worst_tanh < 4e-7);
-    // Saturation: exactly 0 and 1 (sigmoid) and +-1 (tanh), no NaN; NaN propagates.
-    const float inf = std::numeric_limits<float>::infinity();
-    float x[16] = {-1e4f, 1e4f,   -100.0f, 100.0f,  -inf,  inf,    0.0f, -0.0f,
-                   20.0f, -20.0f, 1e-30f,  -1e-30f, 88.0f, -88.0f, 9.5f, std::nanf("")};
-    float sig[16], th[16];
-    vector_activations(x, sig, th);
-    CHECK(sig[0] == 0.0f);
-    CHECK(sig[1] == 1.0f);
-    CHECK(sig[4] == 0.0f);
-    CHECK(sig[5] == 1.0f);
-    CHECK(th[0] == -1.0f);
-    CHECK(th[1] == 1.0f);
-    CHECK(th[4] == -1.0f);
-    CHECK(th[5] == 1.0f);
-    CHECK(th[6] == 0.0f);
-    CHECK(std::signbit(th[7]));
-    CHECK(th[10] == 1e-30f);
-    CHECK(th[11] == -1e-30f);
-    for (int u = 0; u < 15; ++u) {
-        CHECK(std::isfinite(sig[u]));
-        CHECK(std::isfinite(th[u]));
-    }
-    CHECK(std::isnan(sig[15]));
-    CHECK(std::isnan(th[15]));
+    check_gate_math(vector_activations, vector_gate_math);
+}
 
-    // The whole cell, forward and backward, against gates.hpp in float.
-    const auto pre = random_vector<float>(64, 11, -6.0, 6.0);
-    const auto c_prev = random_vector<float>(16, 12, -3.0, 3.0);
-    const auto dh = random_vector<float>(16, 13);
-    const auto dc = random_vector<float>(16, 14);
-    float out[16 * 11];
-    vector_gate_math(pre.data(), c_prev.data(), dh.data(), dc.data(), out);
-    for (int u = 0; u < 16; ++u) {
-        const k::Gates<float> a = k::activate(pre[u], pre[16 + u], pre[32 + u], pre[48 + u]);
-        const float c = k::cell_state(a, c_prev[u]);
-        const k::CellGrads<float> d = k::cell_backward(a, c_prev[u], c, dh[u], dc[u]);
-        const float want[11] = {a.i,  a.f,  a.g,  a.o,   c,        k::hidden_state(a, c),
-                                d.di, d.df, d.dg, d.d_o, d.dc_prev};
-        for (int q = 0; q < 11; ++q) {
-            INFO("unit " << u << ", quantity " << q);
-            CHECK(out[16 * q + u] == Approx(want[q]).epsilon(2e-6).margin(1e-7));
+#endif  // LSTM_HAVE_AVX512_KERNELS
+
+TEST_CASE("fused: Highway gate math agrees with kernels/common/gates.hpp on every target",
+          "[fused]") {
+    // Every target this CPU runs, not only the AVX2 one the avx2 path takes: the narrower ones
+    // (SSE4, the emulated 128-bit set) are what other machines get from the same source.
+    using namespace lstm::kernels::cpu;
+    const int64_t targets = simd_fused_targets();
+    REQUIRE(targets != 0);
+    for (int bit = 0; bit < 63; ++bit) {
+        const int64_t target = int64_t{1} << bit;
+        if ((targets & target) == 0) continue;
+        INFO("Highway target " << simd_fused_target_name(target));
+        CHECK(simd_fused_lanes(target) > 0);
+        check_gate_math([&](const float* x, float* sig,
+                            float* th) { simd_fused_activations(target, x, 16, sig, th); },
+                        [&](const float* pre, const float* c_prev, const float* dh, const float* dc,
+                            float* out) { simd_fused_cell(target, pre, c_prev, dh, dc, out); });
+    }
+}
+
+namespace {
+
+// The Highway kernel set on one target under the variant's own time loops: what the avx2 path
+// runs, with any target in place of AVX2.
+struct TargetKernels : kernels::cpu::SimdFusedKernels {
+    static inline int64_t target = 0;
+    TargetKernels(const kernels::cpu::FusedLayout& lay,
+                  const kernels::cpu::FusedBuffers<float>& buf)
+        : SimdFusedKernels(lay, buf, target) {}
+};
+
+struct TargetVariant final : Variant {
+    const char* name() const override { return "fused"; }
+    Device device() const override { return Device::cpu; }
+    std::optional<std::string> supports(const Config& cfg, DType dt) const override {
+        return dt == DType::f32 ? fused_variant().supports(cfg, dt)
+                                : std::optional<std::string>("float only");
+    }
+    size_t workspace_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
+        return fused_variant().workspace_bytes(cfg, dt, t, n);
+    }
+    size_t reserve_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
+        return fused_variant().reserve_bytes(cfg, dt, t, n);
+    }
+    void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {
+        cpu::fused_detail::FusedLoop<float, TargetKernels>(cfg, a.x.size(0), a.x.size(1))
+            .forward(a);
+    }
+    void run_backward(const Config& cfg, const BackwardArgs<float>& a) const override {
+        cpu::fused_detail::FusedLoop<float, TargetKernels>(cfg, a.x.size(0), a.x.size(1))
+            .backward(a);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("fused: every Highway target matches the reference on full-tile shapes", "[fused]") {
+    // Each target has its own vector width (4, 8 or 16 floats) and tile sizes, so its remainders
+    // and tails differ; all of them must give the oracle's results.
+    using namespace lstm::kernels::cpu;
+    const int64_t targets = simd_fused_targets();
+    const TargetVariant variant;
+    for (int bit = 0; bit < 63; ++bit) {
+        const int64_t target = int64_t{1} << bit;
+        if ((targets & target) == 0) continue;
+        uint64_t seed = 7300;  // the same cases for every target
+        TargetKernels::target = target;
+        const std::string name = simd_fused_target_name(target);
+        for (const Shape& s : tile_shapes()) {
+            const LstmCase c =
+                make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+            check_against_reference<float>(variant, c, seed,
+                                           "Highway " + name + ", case: " + s.name);
+            seed += 10;
         }
     }
 }
-#endif  // LSTM_HAVE_AVX512_KERNELS
 
 TEST_CASE("fused: the instruction-set switch", "[fused]") {
-    const FusedIsa automatic = kernels::cpu::cpu_has_avx512() ? FusedIsa::avx512 : FusedIsa::eigen;
+    const FusedIsa automatic = cpu::fused_isa_available(FusedIsa::avx512) ? FusedIsa::avx512
+                               : cpu::fused_isa_available(FusedIsa::avx2) ? FusedIsa::avx2
+                                                                          : FusedIsa::eigen;
+    // avx2 needs AVX2 with FMA, and the CPU's own check agrees with Highway's.
+    CHECK(cpu::fused_isa_available(FusedIsa::avx2) == kernels::cpu::cpu_has_avx2_fma());
     // The suite may run under LSTM_FUSED_ISA (e.g. =eigen to put the registry tests on the
     // portable path); it is put back at the end.
     const char* outer = std::getenv("LSTM_FUSED_ISA");
@@ -453,6 +562,13 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
     CHECK(cpu::fused_isa() == FusedIsa::eigen);
     ::setenv("LSTM_FUSED_ISA", "auto", 1);
     CHECK(cpu::fused_isa() == automatic);
+    if (cpu::fused_isa_available(FusedIsa::avx2)) {
+        ::setenv("LSTM_FUSED_ISA", "avx2", 1);
+        CHECK(cpu::fused_isa() == FusedIsa::avx2);
+        const IsaScope scope(FusedIsa::avx2);
+        CHECK(cpu::fused_isa() == FusedIsa::avx2);
+        CHECK(std::string(cpu::fused_isa_name(cpu::fused_isa())) == "avx2");
+    }
     ::setenv("LSTM_FUSED_ISA", "sse9", 1);
     CHECK_THROWS_WITH(cpu::fused_isa(), Contains("LSTM_FUSED_ISA = 'sse9' is not one of"));
     {
@@ -465,4 +581,6 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
         ::unsetenv("LSTM_FUSED_ISA");
     if (!kernels::cpu::cpu_has_avx512())
         CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx512), Contains("no AVX-512F"));
+    if (!cpu::fused_isa_available(FusedIsa::avx2))
+        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx2), Contains("no AVX2 with FMA"));
 }

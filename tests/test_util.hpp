@@ -19,10 +19,10 @@
 // SKIP_REGULAR_EXPRESSION tests/CMakeLists.txt gives ctest, so ctest lists the case as "Skipped"
 // (Catch2 v2 has no SKIP) instead of a pass that checked nothing. Only for a whole case that cannot
 // run on this host (an instruction set the CPU lacks); the reason names what is missing.
-#define LSTM_SKIP(reason)                                 \
-    do {                                                  \
-        WARN("LSTM_TEST_SKIPPED: " << reason);            \
-        return;                                           \
+#define LSTM_SKIP(reason)                      \
+    do {                                       \
+        WARN("LSTM_TEST_SKIPPED: " << reason); \
+        return;                                \
     } while (0)
 
 namespace lstm::test {

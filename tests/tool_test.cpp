@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/simd.hpp"
+#include "lstm/host_info.hpp"
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
 #include "lstm/registry.hpp"
@@ -288,10 +290,9 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
     LSTM_CHECK_TOOL_ERROR(
         invoke({"lstm", "--params", params, "--inputs", inputs, "--out", out, "--backward=yes"}), 2,
         "--backward takes no value");
-    r = invoke({"info"});
-    CHECK(r.rc == 2);
     r = invoke({"info", params, inputs});
     CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Contains("info takes at most one FILE, got 2"));
 
     // Failures of the work itself: exit code 1 and a message naming the problem.
     LSTM_CHECK_TOOL_ERROR(
@@ -470,4 +471,27 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
     const Tensor long_input = Tensor::from("input_lengths", {3}, std::vector<int32_t>{8, 9, 1});
     LSTM_CHECK_TOOL_ERROR(with("input_lengths", &long_input), 1,
                           "input_lengths[1] = 9 exceeds T = 8");
+}
+
+TEST_CASE("lstm_tool info without a file describes the host and every variant's path", "[tool]") {
+    using Catch::Contains;
+    const ToolRun r = invoke({"info"});
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.empty());
+    CHECK_THAT(r.out, Contains("host:"));
+    for (const HostFact& f : host_facts()) CHECK_THAT(r.out, Contains(f.key));
+    CHECK_THAT(r.out, Contains(kernels::cpu::simd_target_name()));
+    // Columns are padded with spaces; rows are compared with runs of spaces squeezed to one.
+    std::string squeezed;
+    for (char ch : r.out)
+        if (ch != ' ' || squeezed.empty() || squeezed.back() != ' ') squeezed += ch;
+    // One row per registered variant, from the registry: name, device, a path.
+    for (const Variant* v : variants()) {
+        const std::string path = variant_path(*v);
+        INFO("variant " << v->name() << " (" << to_string(v->device()) << ")");
+        CHECK_FALSE(path.empty());
+        const std::string row = std::string(v->name()) + " " + to_string(v->device()) + " " + path;
+        CHECK_THAT(squeezed, Contains("\n " + row + "\n"));
+    }
+    CHECK_THAT(r.out, Contains("ctc"));
 }

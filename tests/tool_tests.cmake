@@ -52,6 +52,16 @@ lstm_tool_cli_test(bad_device 2 "--device must be cpu or cuda"
 lstm_tool_cli_test(not_a_state_dict 1 "not an nn.LSTM state_dict"
     lstm --params ${LSTM_TOOL_DATA}/lstm_uni1.inputs.safetensors
     --inputs ${LSTM_TOOL_DATA}/lstm_uni1.inputs.safetensors --out ${LSTM_TOOL_SCRATCH}/o.st)
+# Without a FILE: the host, then one row per CPU variant with its path (basic and fused are always
+# built; onednn when oneDNN was found), then the CTC kernel's. tool_test.cpp checks every row
+# against the registry.
+set(LSTM_TOOL_HOST_REGEX "host:.*cpu_model.*cpu_isa.*simd_target.*variants .*  basic +cpu +Eigen ")
+string(APPEND LSTM_TOOL_HOST_REGEX ".*  fused +cpu +[a-z0-9]+ kernels")
+if(LSTM_WITH_ONEDNN)
+    string(APPEND LSTM_TOOL_HOST_REGEX ".*  onednn +cpu +oneDNN JIT up to ")
+endif()
+string(APPEND LSTM_TOOL_HOST_REGEX ".*kernels .*  ctc +cpu +Highway ")
+lstm_tool_cli_test(info_host 0 "${LSTM_TOOL_HOST_REGEX}" info)
 lstm_tool_cli_test(info_state_dict 0
     "input_size 3, hidden_size 5, num_layers 2, bidirectional"
     info ${LSTM_TOOL_DATA}/lstm_bi2_varlen.params.safetensors)

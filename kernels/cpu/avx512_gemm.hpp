@@ -297,45 +297,6 @@ inline void for_each_panel(int64_t begin, int64_t end, const F& f) {
     }
 }
 
-// ---- packing ------------------------------------------------------------------------------
-
-// out: strips blk * 4 + gate for the blocks in b, each (K, 16), of w (4H, K) row-major; padded
-// units are zero. Overwrites.
-inline void pack_gate_strips(const float* w, int64_t k_size, const FusedLayout& lay, BlockRange b,
-                             float* out) {
-    for (int64_t blk = b.begin; blk < b.end; ++blk)
-        for (int64_t gate = 0; gate < 4; ++gate) {
-            float* strip = out + (blk * 4 + gate) * k_size * kUnitBlock;
-            for (int64_t u = 0; u < kUnitBlock; ++u) {
-                const int64_t unit = blk * kUnitBlock + u;
-                const float* row = w + (gate * lay.hidden + unit) * k_size;
-                for (int64_t k = 0; k < k_size; ++k)
-                    strip[k * kUnitBlock + u] = unit < lay.hidden ? row[k] : 0.0f;
-            }
-        }
-}
-
-// out: strips over the columns of w (4H, K) row-major, each (G, 16) with stride G * 16, rows
-// for the gate columns of blocks b only: strip q, row c holds w[row of c][16 q + u], zero for
-// padded units and for columns >= K. Overwrites.
-inline void pack_column_strips(const float* w, int64_t k_size, const FusedLayout& lay, BlockRange b,
-                               float* out) {
-    const int64_t strips = (k_size + kUnitBlock - 1) / kUnitBlock;
-    const int64_t stride = lay.gate_cols * kUnitBlock;
-    for (int64_t c = b.begin * 4 * kUnitBlock; c < b.end * 4 * kUnitBlock; ++c) {
-        const int64_t blk = c / (4 * kUnitBlock), gate = c / kUnitBlock % 4;
-        const int64_t unit = blk * kUnitBlock + c % kUnitBlock;
-        const float* row = unit < lay.hidden ? w + (gate * lay.hidden + unit) * k_size : nullptr;
-        for (int64_t q = 0; q < strips; ++q) {
-            float* dst = out + q * stride + c * kUnitBlock;
-            for (int64_t u = 0; u < kUnitBlock; ++u) {
-                const int64_t col = q * kUnitBlock + u;
-                dst[u] = row && col < k_size ? row[col] : 0.0f;
-            }
-        }
-    }
-}
-
 }  // namespace avx512
 
 // The AVX-512 kernel set (float). Same contract as PortableFusedKernels, member by member.
@@ -347,8 +308,8 @@ public:
     // Packs the forward operands of one cell, own blocks: w_ih (4H, in), w_hh (4H, H), biases.
     void pack_forward(const float* w_ih, int64_t in, const float* w_hh, const float* b_ih,
                       const float* b_hh, BlockRange own) const {
-        avx512::pack_gate_strips(w_ih, in, lay_, own, buf_.w_ih_fwd);
-        avx512::pack_gate_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_fwd);
+        pack_gate_strips(w_ih, in, lay_, own, buf_.w_ih_fwd);
+        pack_gate_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_fwd);
         pack_bias_interleaved(b_ih, b_hh, lay_, own, buf_.bias);
     }
 
@@ -392,8 +353,8 @@ public:
     // Packs the backward operands of one cell, rows of the own blocks' gate columns; the caller
     // puts a barrier before the first backward_step.
     void pack_backward(const float* w_ih, int64_t in, const float* w_hh, BlockRange own) const {
-        avx512::pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
-        avx512::pack_column_strips(w_ih, in, lay_, own, buf_.w_ih_bwd);
+        pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
+        pack_column_strips(w_ih, in, lay_, own, buf_.w_ih_bwd);
     }
 
     // One backward segment, own blocks: dh = dgates_next W_hh (or dh_carry), then the gate

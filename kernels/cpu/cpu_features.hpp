@@ -62,4 +62,19 @@ inline bool cpu_has_avx512() {
 #endif
 }
 
+// True when the processor and the operating system support AVX2 with FMA, what the fused
+// variant's Highway kernels (kernels/cpu/fused_simd.hpp) need for their AVX2 target; checked the
+// same way as cpu_has_avx512(). False off x86-64.
+inline bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
 }  // namespace lstm::kernels::cpu

@@ -180,6 +180,50 @@ void pack_rows_interleaved(const T* w, int64_t k_size, const FusedLayout& lay, B
 }
 
 // ------------------------------------------------------------------------------------------------
+// Strip packing of the SIMD kernel sets (avx512_gemm.hpp and fused_simd.cpp read the same strips)
+// ------------------------------------------------------------------------------------------------
+
+// Once per call and small next to the GEMMs that read them, so plain code serves every
+// instruction set. A strip is 16 floats wide (kUnitBlock): one AVX-512 vector, two AVX2 ones.
+
+// out: strips blk * 4 + gate for the blocks in b, each (K, 16), of w (4H, K) row-major; padded
+// units are zero. Host; overwrites.
+inline void pack_gate_strips(const float* w, int64_t k_size, const FusedLayout& lay, BlockRange b,
+                             float* out) {
+    for (int64_t blk = b.begin; blk < b.end; ++blk)
+        for (int64_t gate = 0; gate < 4; ++gate) {
+            float* strip = out + (blk * 4 + gate) * k_size * kUnitBlock;
+            for (int64_t u = 0; u < kUnitBlock; ++u) {
+                const int64_t unit = blk * kUnitBlock + u;
+                const float* row = w + (gate * lay.hidden + unit) * k_size;
+                for (int64_t k = 0; k < k_size; ++k)
+                    strip[k * kUnitBlock + u] = unit < lay.hidden ? row[k] : 0.0f;
+            }
+        }
+}
+
+// out: strips over the columns of w (4H, K) row-major, each (G, 16) with stride G * 16, rows
+// for the gate columns of blocks b only: strip q, row c holds w[row of c][16 q + u], zero for
+// padded units and for columns >= K. Host; overwrites.
+inline void pack_column_strips(const float* w, int64_t k_size, const FusedLayout& lay, BlockRange b,
+                               float* out) {
+    const int64_t strips = (k_size + kUnitBlock - 1) / kUnitBlock;
+    const int64_t stride = lay.gate_cols * kUnitBlock;
+    for (int64_t c = b.begin * 4 * kUnitBlock; c < b.end * 4 * kUnitBlock; ++c) {
+        const int64_t blk = c / (4 * kUnitBlock), gate = c / kUnitBlock % 4;
+        const int64_t unit = blk * kUnitBlock + c % kUnitBlock;
+        const float* row = unit < lay.hidden ? w + (gate * lay.hidden + unit) * k_size : nullptr;
+        for (int64_t q = 0; q < strips; ++q) {
+            float* dst = out + q * stride + c * kUnitBlock;
+            for (int64_t u = 0; u < kUnitBlock; ++u) {
+                const int64_t col = q * kUnitBlock + u;
+                dst[u] = row && col < k_size ? row[col] : 0.0f;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // Portable element-wise passes over one thread's unit blocks
 // ------------------------------------------------------------------------------------------------
 

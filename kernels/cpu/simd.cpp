@@ -2,10 +2,10 @@
 // included once per target by hwy/foreach_target.h, and the HWY_ONCE part dispatches.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/simd.cpp"
+#include "kernels/cpu/simd.hpp"
+
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-
-#include "kernels/cpu/simd.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace lstm::kernels::cpu {

@@ -3,7 +3,7 @@
 // `fused` (cpu): the fast CPU variant (TF's LSTMBlockFusedCell, PyTorch's fused LSTMCell). Per
 // layer and direction: the input projection of every valid frame as one GEMM; per step one
 // recurrent GEMM on weights packed once per call, followed by one fused element-wise pass (or,
-// on the AVX-512 path, the pass inside the GEMM's epilogue); backward mirrors it, and the weight
+// on the SIMD paths, the pass inside the GEMM's epilogue); backward mirrors it, and the weight
 // gradients are GEMMs over all steps at once. Rows are sorted by length once per call and kept
 // compact (kernels/cpu/fused_cell.hpp), so every GEMM covers exactly the valid frames.
 //
@@ -16,11 +16,16 @@
 // Instruction sets (float only; double always takes the portable path):
 //  - avx512: kernels/cpu/avx512_gemm.hpp, own register-blocked GEMMs with the gate math in the
 //    epilogue; chosen at run time when the CPU has AVX-512F (kernels/cpu/cpu_features.hpp).
+//  - avx2: kernels/cpu/fused_simd.hpp, the same design written once with Google Highway (in
+//    lstm_cpu), held to Highway's AVX2 target whatever else the CPU has: the kernel set is
+//    built with that target's functions per call, before the team starts, so an AVX-512 host
+//    runs exactly what an AVX2-only one (AMD Zen 3) runs. Needs AVX2 with FMA.
 //  - eigen: the portable path, Eigen GEMMs (kernels/cpu/gemm.hpp) plus the scalar passes of
 //    kernels/cpu/fused_cell.hpp built on kernels/common/gates.hpp.
 // Which one runs: set_fused_isa() if called, else the environment variable LSTM_FUSED_ISA
-// (auto, avx512, eigen; read per call), else auto (avx512 where supported). Both write the same
-// reserve layout, so a forward on one and a backward on the other agree.
+// (auto, avx512, avx2, eigen; read per call), else auto: avx512 where the CPU has AVX-512F, else
+// avx2 where it has AVX2 and FMA, else eigen. All write the same reserve layout, so a forward on
+// one and a backward on another agree.
 //
 // Denormals: the team runs with flush-to-zero / denormals-are-zero (kernels/cpu/cpu_features.hpp,
 // restored when the call returns), so values below the smallest normal float read and come out
@@ -33,9 +38,9 @@
 // only them (re-gathering the layer-0 input and h0, which live in the workspace). `all` runs a
 // cell's GEMMs right after its loop, so the three give the same bits.
 //
-// Determinism: results are bit-identical run to run for a fixed thread count. On the avx512
-// path they are also identical for any thread count (every output element is summed in the same
-// order whatever the split); the eigen path does not promise that (Eigen picks its blocking
+// Determinism: results are bit-identical run to run for a fixed thread count. On the avx512 and
+// avx2 paths they are also identical for any thread count (every output element is summed in the
+// same order whatever the split); the eigen path does not promise that (Eigen picks its blocking
 // from the sizes each thread sees).
 
 #include <omp.h>
@@ -50,6 +55,7 @@
 #include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/fused_cell.hpp"
+#include "kernels/cpu/fused_simd.hpp"
 #include "lstm/detail/batch_order.hpp"
 #include "lstm/detail/carve.hpp"
 #include "lstm/variant.hpp"
@@ -57,7 +63,7 @@
 namespace lstm::cpu {
 
 // Instruction set of the fused variant's float path.
-enum class FusedIsa { automatic, avx512, eigen };
+enum class FusedIsa { automatic, avx512, avx2, eigen };
 
 namespace fused_detail {
 
@@ -70,30 +76,63 @@ inline FusedIsa parse_isa_env() {
     const char* env = std::getenv("LSTM_FUSED_ISA");
     if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return FusedIsa::automatic;
     if (std::strcmp(env, "avx512") == 0) return FusedIsa::avx512;
+    if (std::strcmp(env, "avx2") == 0) return FusedIsa::avx2;
     if (std::strcmp(env, "eigen") == 0) return FusedIsa::eigen;
-    fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, eigen");
+    fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, avx2, eigen");
+}
+
+// The avx2 path needs the instructions (AVX2, FMA) and Highway's AVX2 target in lstm_cpu, whose
+// check also covers the BMI2 and F16C that target is compiled with.
+inline bool avx2_runs() {
+    return kernels::cpu::cpu_has_avx2_fma() && kernels::cpu::simd_fused_runs_avx2();
 }
 
 }  // namespace fused_detail
 
+// Whether this CPU (and build) can run the fused variant's float path `isa`; automatic and
+// eigen always can.
+inline bool fused_isa_available(FusedIsa isa) {
+    switch (isa) {
+        case FusedIsa::avx512:
+            return kernels::cpu::cpu_has_avx512();
+        case FusedIsa::avx2:
+            return fused_detail::avx2_runs();
+        case FusedIsa::automatic:
+        case FusedIsa::eigen:
+            return true;
+    }
+    return false;
+}
+
 // Forces the fused variant's float path (automatic: the environment, then the CPU decide).
-// Throws when avx512 is asked for on a CPU or compiler without it. Affects calls that start
-// after it returns; safe to call from any thread.
+// Throws when avx512 or avx2 is asked for on a CPU or compiler without it. Affects calls that
+// start after it returns; safe to call from any thread.
 inline void set_fused_isa(FusedIsa isa) {
-    check(isa != FusedIsa::avx512 || kernels::cpu::cpu_has_avx512(),
+    check(isa != FusedIsa::avx512 || fused_isa_available(isa),
           "set_fused_isa(avx512): this CPU (or compiler) has no AVX-512F; use eigen or automatic");
+    check(isa != FusedIsa::avx2 || fused_isa_available(isa),
+          "set_fused_isa(avx2): this CPU (or build) has no AVX2 with FMA; use eigen or automatic");
     fused_detail::isa_override().store(static_cast<int>(isa));
 }
 
-// The instruction set the next float call of the fused variant uses: avx512 or eigen.
+// The instruction set the next float call of the fused variant uses: avx512, avx2 or eigen.
 inline FusedIsa fused_isa() {
     FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
     if (isa == FusedIsa::automatic) isa = fused_detail::parse_isa_env();
     if (isa == FusedIsa::avx512)
-        check(kernels::cpu::cpu_has_avx512(),
+        check(fused_isa_available(isa),
               "LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F");
-    if (isa == FusedIsa::automatic)
-        isa = kernels::cpu::cpu_has_avx512() ? FusedIsa::avx512 : FusedIsa::eigen;
+    if (isa == FusedIsa::avx2)
+        check(fused_isa_available(isa),
+              "LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA");
+    if (isa == FusedIsa::automatic) {
+        if (fused_isa_available(FusedIsa::avx512))
+            isa = FusedIsa::avx512;
+        else if (fused_isa_available(FusedIsa::avx2))
+            isa = FusedIsa::avx2;
+        else
+            isa = FusedIsa::eigen;
+    }
     return isa;
 }
 
@@ -103,6 +142,8 @@ inline const char* fused_isa_name(FusedIsa isa) {
             return "automatic";
         case FusedIsa::avx512:
             return "avx512";
+        case FusedIsa::avx2:
+            return "avx2";
         case FusedIsa::eigen:
             return "eigen";
     }
@@ -119,6 +160,13 @@ using kernels::cpu::kUnitBlock;
 using kernels::cpu::RowRun;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The Highway kernel set held to its AVX2 target: the avx2 path, on any CPU that runs it.
+class Avx2FusedKernels : public kernels::cpu::SimdFusedKernels {
+public:
+    Avx2FusedKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
+        : SimdFusedKernels(lay, buf, kernels::cpu::simd_fused_avx2_target()) {}
+};
 
 // Row stride of the sorted layer-0 input: padded to whole vectors, so AVX-512 loads of a row
 // never straddle into the next one and every row starts aligned.
@@ -224,7 +272,8 @@ inline BlockRange my_share(int64_t count) {
     return kernels::cpu::row_range(count, omp_get_thread_num(), omp_get_num_threads());
 }
 
-// One call's time loops for kernel set K (PortableFusedKernels or Avx512FusedKernels).
+// One call's time loops for kernel set K (PortableFusedKernels, Avx512FusedKernels or a
+// SimdFusedKernels), constructed once per call on the calling thread.
 template <typename T, typename K>
 class FusedLoop {
 public:
@@ -633,19 +682,27 @@ public:
 
 protected:
     void run_forward(const Config& c, const ForwardArgs<float>& a) const override {
-        if (fused_isa() == FusedIsa::avx512)
-            loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).forward(a);
-        else
-            loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).forward(a);
+        switch (fused_isa()) {
+            case FusedIsa::avx512:
+                return loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).forward(a);
+            case FusedIsa::avx2:
+                return loop<float, fused_detail::Avx2FusedKernels>(c, a.x).forward(a);
+            default:
+                return loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).forward(a);
+        }
     }
     void run_forward(const Config& c, const ForwardArgs<double>& a) const override {
         loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).forward(a);
     }
     void run_backward(const Config& c, const BackwardArgs<float>& a) const override {
-        if (fused_isa() == FusedIsa::avx512)
-            loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).backward(a);
-        else
-            loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).backward(a);
+        switch (fused_isa()) {
+            case FusedIsa::avx512:
+                return loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).backward(a);
+            case FusedIsa::avx2:
+                return loop<float, fused_detail::Avx2FusedKernels>(c, a.x).backward(a);
+            default:
+                return loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).backward(a);
+        }
     }
     void run_backward(const Config& c, const BackwardArgs<double>& a) const override {
         loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).backward(a);

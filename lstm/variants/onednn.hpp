@@ -32,7 +32,7 @@
 // own training "workspace" (all gates and states of every step, what backward reads) lives in
 // our reserve, next to the outputs of the layer groups below the top and copies of hn/cn
 // (backward's primitive takes them as arguments). Both are large: on H 320, I 123, N 64, T 100,
-// one unidirectional layer, 167 MiB of workspace (159 MiB of it oneDNN's scratchpad) and
+// one unidirectional layer, 169 MiB of workspace (159 MiB of it oneDNN's scratchpad) and
 // 150 MiB of reserve, where `basic` needs 20 and 47 MiB.
 //
 // Caching and allocation: primitive descriptors, primitives and the memory objects that carry
@@ -251,8 +251,8 @@ void for_each_weight_matrix(const Config& config, const Group& group, bool iter,
 }
 
 // plain (plain_weights_desc) <- the group's weight matrices in the flat params. Host; overwrites.
-inline void gather_weights(const Config& config, const Group& group, bool iter,
-                           const float* params, float* plain) {
+inline void gather_weights(const Config& config, const Group& group, bool iter, const float* params,
+                           float* plain) {
     for_each_weight_matrix(config, group, iter, [&](int64_t at, int64_t to, int64_t count) {
         std::memcpy(plain + to, params + at, sizeof(float) * count);
     });
@@ -716,8 +716,8 @@ private:
             lstm.set_scratchpad(ws.scratchpad);
             lstm.run(plan.stream);
 
-            // Weight gradients: oneDNN's layout -> the plain one (the weights there were consumed by
-            // the reorders above), then added into dparams.
+            // Weight gradients: oneDNN's layout -> the plain one (the weights there were consumed
+            // by the reorders above), then added into dparams.
             reorder(plan, bp.dw_layer, ws.dw_layer, ws.plain_layer, ws.scratchpad);
             reorder(plan, bp.dw_iter, ws.dw_iter, ws.plain_iter, ws.scratchpad);
             plan.stream.wait();

@@ -25,7 +25,8 @@ Command-line access to the lstm library; files in, files out (safetensors).
 commands:
   lstm    run an nn.LSTM state_dict forward (and backward) on the tensors of a file
   ctc     CTC loss and its gradient (PyTorch's ctc_loss semantics)
-  info    list a file's tensors and the nn.LSTM configuration it holds
+  info    list a file's tensors and the nn.LSTM configuration it holds; without a file,
+          the host's CPU and the path each variant takes on it
 
 exit codes: 0 success, 1 the work failed (e.g. a malformed file), 2 usage error
 )";

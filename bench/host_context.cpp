@@ -1,0 +1,40 @@
+#include "host_context.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "kernels/cpu/simd.hpp"
+#include "lstm/host_info.hpp"
+#include "peak.hpp"
+
+namespace lstm::bench {
+
+void add_host_context(const std::vector<int>& cpu_thread_counts) {
+    for (const HostFact& f : host_facts()) benchmark::AddCustomContext(f.key, f.value);
+    for (const CodePath& p : code_paths())
+        benchmark::AddCustomContext("path:" + p.name + "/" + p.device, p.path);
+
+    std::vector<int> counts = cpu_thread_counts;
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    measure_fma_peaks(counts);
+    for (int threads : counts) {
+        char value[128];
+        std::snprintf(value, sizeof value, "%.1f GFLOP/s fp32 FMA on %s, best of %d x %.0f ms",
+                      fma_peak_gflops(threads), kernels::cpu::simd_target_name(), kPeakRounds,
+                      kPeakRoundSeconds * 1e3);
+        benchmark::AddCustomContext("fma_peak/threads:" + std::to_string(threads), value);
+    }
+}
+
+benchmark::Counter peak_fraction(double flops, benchmark::IterationCount iterations, double seconds,
+                                 int threads) {
+    constexpr double kFlopsPerGflop = 1e9;
+    const double peak = fma_peak_gflops(threads);
+    if (!(seconds > 0) || !(peak > 0)) return benchmark::Counter(0);
+    const double gflops = flops * static_cast<double>(iterations) / seconds / kFlopsPerGflop;
+    return benchmark::Counter(gflops / peak);
+}
+
+}  // namespace lstm::bench

@@ -1,0 +1,97 @@
+#include "peak.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+
+#include "kernels/cpu/simd.hpp"
+#include "lstm/error.hpp"
+
+namespace lstm::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A probe shorter than this is mostly timer resolution and call overhead.
+constexpr double kMinProbeSeconds = 2e-3;
+
+// Iterations of fma_peak_loop that take about `seconds` on the calling thread. Grown from a short
+// probe rather than fixed, since one iteration costs from ~2 ns (AVX-512, two FMA ports) to tens
+// of ns (Highway's scalar fallback).
+int64_t iterations_for(double seconds) {
+    int64_t probe = int64_t{1} << 12;
+    for (;;) {
+        const Clock::time_point start = Clock::now();
+        kernels::cpu::fma_peak_loop(probe);
+        const double took = seconds_since(start);
+        if (took >= kMinProbeSeconds)
+            return std::max<int64_t>(1, static_cast<int64_t>(double(probe) * seconds / took));
+        probe *= 4;
+    }
+}
+
+}  // namespace
+
+double measure_fma_peak_gflops(int threads, int rounds, double round_seconds) {
+    check(threads >= 1, "measure_fma_peak_gflops: threads = ", threads, " must be >= 1");
+    check(rounds >= 1, "measure_fma_peak_gflops: rounds = ", rounds, " must be >= 1");
+    check(std::isfinite(round_seconds) && round_seconds > 0,
+          "measure_fma_peak_gflops: round_seconds = ", round_seconds,
+          " must be positive and finite");
+    const int64_t iterations = iterations_for(round_seconds);
+    double best = 0;
+    for (int r = 0; r < rounds; ++r) {
+        double flops = 0;
+        Clock::time_point start;
+        double seconds = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+        {
+            // The clock starts once the whole team is there (the single's barrier), so a thread
+            // still waking up does not run alone at a higher clock inside the timed span.
+#pragma omp single
+            start = Clock::now();
+            flops += static_cast<double>(kernels::cpu::fma_peak_loop(iterations));
+#pragma omp barrier
+#pragma omp single
+            seconds = seconds_since(start);
+        }
+        // The reduction counts the threads the runtime actually gave (OMP_THREAD_LIMIT may cap
+        // it), so the peak is that team's.
+        if (seconds > 0) best = std::max(best, flops / seconds / 1e9);
+    }
+    return best;
+}
+
+namespace {
+
+// lstm_bench runs its cases one at a time, so one map without a lock serves them.
+std::map<int, double>& measured_peaks() {
+    static std::map<int, double> peaks;
+    return peaks;
+}
+
+}  // namespace
+
+void measure_fma_peaks(const std::vector<int>& thread_counts) {
+    for (int threads : thread_counts) fma_peak_gflops(threads);
+}
+
+double fma_peak_gflops(int threads) {
+    std::map<int, double>& peaks = measured_peaks();
+    const auto found = peaks.find(threads);
+    if (found != peaks.end()) return found->second;
+    const double peak = measure_fma_peak_gflops(threads);
+    peaks.emplace(threads, peak);
+    return peak;
+}
+
+}  // namespace lstm::bench

@@ -1,0 +1,969 @@
+// The Highway kernel set of the fused variant (kernels/cpu/fused_simd.hpp). This file is included
+// once per target by hwy/foreach_target.h: the HWY_NAMESPACE part is the per-target code, the
+// HWY_ONCE part (compiled once, for the baseline) packs weights and picks a target's functions.
+//
+// Packed layouts (the same bytes as kernels/cpu/avx512_gemm.hpp's): forward strip blk * 4 + gate
+// is (K, 16) with row k = W[gate * H + 16 blk + u][k]; backward strip q is (G, 16) with row c =
+// W[row of gate column c][16 q + u]. A vector of N floats reads lanes [j N, j N + N) of a strip
+// row, so a 16-float strip is 16/N vectors on every target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/fused_simd.cpp"
+// Scalable vectors (SVE, RVV) are sizeless types, which cannot form the arrays of accumulators
+// the micro-kernels keep; those targets are left out (ARM runs NEON).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif
+#include "kernels/cpu/fused_simd.hpp"
+
+#include <hwy/cache_control.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#ifndef LSTM_FUSED_SIMD_OPS_DEFINED
+#define LSTM_FUSED_SIMD_OPS_DEFINED
+namespace lstm::kernels::cpu {
+
+// One target's kernels; the arguments are those of the SimdFusedKernels members, plus the layout
+// and buffers.
+struct SimdFusedOps {
+    int64_t target;
+    int64_t lanes;
+    void (*input_projection)(const FusedLayout&, const FusedBuffers<float>&, const float* x,
+                             int64_t ldx, int64_t rows, int64_t in, float* gates, BlockRange own,
+                             bool stream);
+    void (*forward_step)(const FusedLayout&, const FusedBuffers<float>&,
+                         const ForwardSegment<float>&, BlockRange own);
+    void (*backward_step)(const FusedLayout&, const FusedBuffers<float>&,
+                          const BackwardSegment<float>&, BlockRange own);
+    void (*backward_dh0)(const FusedLayout&, const FusedBuffers<float>&, int64_t rows,
+                         const float* dgates, float* dh0, BlockRange own);
+    void (*weight_grads)(const FusedLayout&, const FusedBuffers<float>&, const float* dgates,
+                         const RowRun<float>* x_runs, int64_t x_run_count,
+                         const RowRun<float>* h_runs, int64_t h_run_count, int64_t in, float* dw_ih,
+                         float* dw_hh, BlockRange own);
+    void (*input_grads)(const FusedLayout&, const FusedBuffers<float>&, const float* dgates,
+                        BlockRange rows, int64_t in, float* d_in, int64_t ld_in, bool accumulate);
+    void (*activations)(const float* x, int64_t count, float* sigmoid_out, float* tanh_out);
+    void (*cell)(const float* pre, const float* c_prev, const float* dh, const float* dc,
+                 float* out);
+};
+
+// Rows of dgates per chunk of the input-gradient GEMM and rows of x per chunk of the input
+// projection: as avx512_gemm.hpp (the chunk of A stays in L2 across the panels of B).
+constexpr int64_t kSimdInputGradRows = 96;
+constexpr int64_t kSimdProjectionRows = 240;
+
+// Partner rows of one K-chunk of the weight-gradient GEMM: `len` rows from chunk row `k_off`, row
+// j at b + j * ld.
+struct SimdChunkSegment {
+    int64_t k_off, len;
+    const float* b;
+    int64_t ld;
+};
+
+}  // namespace lstm::kernels::cpu
+#endif  // LSTM_FUSED_SIMD_OPS_DEFINED
+
+HWY_BEFORE_NAMESPACE();
+namespace lstm::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most one strip (16 floats) per vector: AVX-512 takes a whole strip, AVX2 half of one.
+using D = hn::CappedTag<float, kUnitBlock>;
+using DI = hn::RebindToSigned<D>;
+using V = hn::Vec<D>;
+using VI = hn::Vec<DI>;
+constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(D()));
+static_assert(kUnitBlock % kLanes == 0, "a strip is a whole number of vectors");
+
+// Vector registers of the target: the accumulators of a micro-tile plus its operands must fit.
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || (HWY_ARCH_ARM_A64 && HWY_TARGET == HWY_NEON)
+constexpr int kRegisters = 32;
+#else
+constexpr int kRegisters = 16;
+#endif
+// Forward and projection tiles: rows x 4 vectors, the 4 gates of N units (forward) or 4
+// consecutive vectors of a block's gate columns (projection) (12 of 16 registers, or 24 of 32).
+constexpr int kGateTileRows = kRegisters == 32 ? 6 : 3;
+// Other tiles: kTileRows rows x kTileVecs vectors (12 of 16 registers, or 24 of 32); the rows of
+// a weight-gradient tile are the kGradTileCols gate columns its packing holds together.
+constexpr int kTileRows = 6;
+static_assert(kTileRows == kGradTileCols, "weight-gradient tiles are packed at the tile height");
+constexpr int kTileVecs = kRegisters == 32 ? 4 : 2;
+static_assert(kTileVecs * kLanes <= kGradPanelCols, "a partner panel fits its packing scratch");
+
+template <int K>
+using Int = std::integral_constant<int, K>;
+
+// ---- vector math: the functions of kernels/common/gates.hpp, N lanes at a time ---------------
+
+// 2^n for integer n in [-126, 127], built in the exponent field.
+HWY_INLINE V pow2(VI n) {
+    const DI di;
+    return hn::BitCast(D(), hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
+}
+
+// e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), e^r by its
+// degree-7 Taylor polynomial (truncation below 1e-8 relative), then 2^n as two powers of two of
+// at most 2^64 each: n reaches [-150, 128] after the clamp, and two normal factors over- and
+// underflow the product the way expf does (+inf above, 0 or a denormal below).
+HWY_INLINE V exp_v(V x) {
+    const D d;
+    const DI di;
+    x = hn::Min(hn::Set(d, 89.0f), hn::Max(hn::Set(d, -104.0f), x));
+    const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504f)));
+    V r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);
+    r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
+    V p = hn::Set(d, 1.0f / 5040);
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 720));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6));
+    p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+    p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+    const VI ni = hn::ConvertTo(di, n);
+    const VI half = hn::ShiftRight<1>(ni);
+    return hn::Mul(hn::Mul(p, pow2(half)), pow2(hn::Sub(ni, half)));
+}
+
+// 1 / (1 + e^-x): exactly 0 and 1 at the extremes, as gates.hpp's sigmoid. Min/Max keep a NaN
+// on x86 and NEON but drop it on the emulated target; the select makes every target propagate it.
+HWY_INLINE V sigmoid_v(V x) {
+    const D d;
+    const V one = hn::Set(d, 1.0f);
+    const V s = hn::Div(one, hn::Add(one, exp_v(hn::Neg(x))));
+    return hn::IfThenElse(hn::IsNaN(x), x, s);
+}
+
+// tanh x = sign(x) e / (e + 2) with e = expm1(2|x|). expm1 keeps its relative accuracy near 0
+// (no 1 - 2/(e^2x + 1) cancellation): 2|x| = n ln2 + r, expm1(r) by its degree-8 Taylor
+// polynomial, expm1 = 2^n expm1(r) + (2^n - 1). |x| is capped at 9, where tanh is 1 in float, so
+// n <= 26 and 2^n is one normal power of two.
+HWY_INLINE V tanh_v(V x) {
+    const D d;
+    const DI di;
+    const V one = hn::Set(d, 1.0f);
+    const V capped = hn::Min(hn::Set(d, 9.0f), hn::Abs(x));
+    const V y = hn::Add(capped, capped);
+    const V n = hn::Round(hn::Mul(y, hn::Set(d, 1.44269504f)));
+    V r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), y);
+    r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
+    V q = hn::Set(d, 1.0f / 40320);
+    q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 5040));
+    q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 720));
+    q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 120));
+    q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 24));
+    q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 6));
+    q = hn::MulAdd(q, r, hn::Set(d, 0.5f));
+    q = hn::MulAdd(q, r, one);
+    q = hn::Mul(q, r);
+    const V two_n = pow2(hn::ConvertTo(di, n));
+    // q 2^n is exact (a power of two), so this rounds once, as scalef followed by an add does.
+    const V e = hn::MulAdd(q, two_n, hn::Sub(two_n, one));
+    const V t = hn::Div(e, hn::Add(e, hn::Set(d, 2.0f)));
+    return hn::IfThenElse(hn::IsNaN(x), x, hn::CopySignToAbs(t, x));
+}
+
+struct VecGates {
+    V i, f, g, o;
+};
+
+// activate() of gates.hpp.
+HWY_INLINE VecGates activate(V pre_i, V pre_f, V pre_g, V pre_o) {
+    return {sigmoid_v(pre_i), sigmoid_v(pre_f), tanh_v(pre_g), sigmoid_v(pre_o)};
+}
+
+// cell_state(): f c_{t-1} + i g.
+HWY_INLINE V cell_state(const VecGates& a, V c_prev) {
+    return hn::MulAdd(a.f, c_prev, hn::Mul(a.i, a.g));
+}
+
+// hidden_state(): o tanh(c).
+HWY_INLINE V hidden_state(const VecGates& a, V c) { return hn::Mul(a.o, tanh_v(c)); }
+
+struct VecCellGrads {
+    V di, df, dg, d_o, dc_prev;
+};
+
+// cell_backward() of gates.hpp, operation for operation.
+HWY_INLINE VecCellGrads cell_backward(const VecGates& a, V c_prev, V c, V dh, V dc) {
+    const V one = hn::Set(D(), 1.0f);
+    const V tanh_c = tanh_v(c);
+    const V tanh_grad_c = hn::NegMulAdd(tanh_c, tanh_c, one);
+    const V dc_total = hn::Add(dc, hn::Mul(hn::Mul(dh, a.o), tanh_grad_c));
+    VecCellGrads out;
+    out.d_o = hn::Mul(hn::Mul(dh, tanh_c), hn::Mul(a.o, hn::Sub(one, a.o)));
+    out.di = hn::Mul(hn::Mul(dc_total, a.g), hn::Mul(a.i, hn::Sub(one, a.i)));
+    out.df = hn::Mul(hn::Mul(dc_total, c_prev), hn::Mul(a.f, hn::Sub(one, a.f)));
+    out.dg = hn::Mul(hn::Mul(dc_total, a.i), hn::NegMulAdd(a.g, a.g, one));
+    out.dc_prev = hn::Mul(dc_total, a.f);
+    return out;
+}
+
+// ---- memory helpers ---------------------------------------------------------------------------
+
+// The first `count` floats at p (count <= 0: none, >= N: a whole vector), other lanes zero. Reads
+// only those floats: the rest may belong to another direction or lie past the array. x86 has
+// masked loads that do not fault; elsewhere a tail goes through a small copy.
+HWY_INLINE V load_n(const float* p, int64_t count) {
+    const D d;
+    if (count >= kLanes) return hn::LoadU(d, p);
+    if (count <= 0) return hn::Zero(d);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(count)), d, p);
+#else
+    HWY_ALIGN float tmp[kLanes] = {};
+    std::copy(p, p + count, tmp);
+    return hn::Load(d, tmp);
+#endif
+}
+
+// Writes the first `count` lanes of v to p (count <= 0: none, >= N: all); nothing else is
+// touched (another thread may own the floats after them).
+HWY_INLINE void store_n(V v, float* p, int64_t count) {
+    const D d;
+    if (count >= kLanes) {
+        hn::StoreU(v, d, p);
+        return;
+    }
+    if (count <= 0) return;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(count)), d, p);
+#else
+    HWY_ALIGN float tmp[kLanes];
+    hn::Store(v, d, tmp);
+    std::copy(tmp, tmp + count, p);
+#endif
+}
+
+// Asks for `lines` cache lines from each of `rows` rows (row i at p + i * ld) ahead of use: the
+// next tile's reserve rows come from L3 or memory, and fetching them while the current tile
+// computes hides that latency.
+HWY_INLINE void prefetch_rows(const float* p, int64_t ld, int64_t rows, int64_t lines) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t q = 0; q < lines; ++q) hwy::Prefetch(p + i * ld + q * kUnitBlock);
+}
+
+// Cache lines covering `vecs` vectors of one 16-unit-aligned group.
+constexpr int64_t lines_of(int vecs) { return (vecs * kLanes + kUnitBlock - 1) / kUnitBlock; }
+
+// ---- operand accessors of the micro-kernel ----------------------------------------------------
+
+// A row-major: element (i, k) at p[i * ld + k].
+struct RowsA {
+    const float* p;
+    int64_t ld;
+    float at(int i, int64_t k) const { return p[i * ld + k]; }
+};
+
+// A packed as tiles of kGradTileCols rows: element (i, k) at p[k * kGradTileCols + i].
+struct PackedA {
+    const float* p;
+    float at(int i, int64_t k) const { return p[k * kGradTileCols + i]; }
+};
+
+// B as vectors inside packed strips: vector v of row k at p[v] + 16 k.
+template <int NV>
+struct StripsB {
+    const float* p[NV];
+    V load(int v, int64_t k) const { return hn::LoadU(D(), p[v] + k * kUnitBlock); }
+};
+
+// B packed as one panel of NV vectors per row: vector v of row k at p + (k NV + v) N.
+template <int NV>
+struct PanelB {
+    const float* p;
+    V load(int v, int64_t k) const { return hn::LoadU(D(), p + (k * NV + v) * kLanes); }
+};
+
+// acc (MR x NV vectors) += sum over k < depth of A(i, k) * B(k, v), in k order. The loop order
+// needs the fewer live operand registers: with more rows than vectors the B vectors stay and the
+// A broadcasts stream (6 x 2: 12 + 2 + 1), otherwise the broadcasts stay (3 x 4: 12 + 3 + 1).
+template <int MR, int NV, typename A, typename B>
+HWY_INLINE void accumulate(int64_t depth, const A& a, const B& b, V (&acc)[MR][NV]) {
+    const D d;
+    // Two k per iteration halve the loop's counter updates and branch next to its 12 FMAs: the
+    // AVX2 training step took 356 instead of 382 ms (medians of 5 alternated runs, CE-short, 1
+    // thread, Xeon with AVX-512 running the AVX2 target); 4 was no better than 2 (372 ms).
+    HWY_UNROLL(2)
+    for (int64_t k = 0; k < depth; ++k) {
+        if constexpr (MR > NV) {
+            V bv[NV];
+            HWY_UNROLL(4)
+            for (int v = 0; v < NV; ++v) bv[v] = b.load(v, k);
+            HWY_UNROLL(8)
+            for (int i = 0; i < MR; ++i) {
+                const V av = hn::Set(d, a.at(i, k));
+                HWY_UNROLL(4)
+                for (int v = 0; v < NV; ++v) acc[i][v] = hn::MulAdd(av, bv[v], acc[i][v]);
+            }
+        } else {
+            V av[MR];
+            HWY_UNROLL(8)
+            for (int i = 0; i < MR; ++i) av[i] = hn::Set(d, a.at(i, k));
+            HWY_UNROLL(4)
+            for (int v = 0; v < NV; ++v) {
+                const V bv = b.load(v, k);
+                HWY_UNROLL(8)
+                for (int i = 0; i < MR; ++i) acc[i][v] = hn::MulAdd(av[i], bv, acc[i][v]);
+            }
+        }
+    }
+}
+
+template <int M, typename F>
+HWY_INLINE void dispatch_rest(int64_t rest, int64_t at, const F& f) {
+    if constexpr (M > 0) {
+        if (rest == M)
+            f(Int<M>(), at);
+        else
+            dispatch_rest<M - 1>(rest, at, f);
+    }
+}
+
+// Calls f(Int<S>(), start) over [begin, end) in steps of kMax; the last step gets the remainder
+// as its compile-time size.
+template <int kMax, typename F>
+HWY_INLINE void for_each_step(int64_t begin, int64_t end, const F& f) {
+    int64_t at = begin;
+    for (; at + kMax <= end; at += kMax) f(Int<kMax>(), at);
+    dispatch_rest<kMax - 1>(end - at, at, f);
+}
+
+// Pointers to the NV vectors of units (or features) [u0, u0 + NV N) in strips (G, 16) of
+// stride `stride` starting at p.
+template <int NV>
+HWY_INLINE StripsB<NV> column_strips(const float* p, int64_t stride, int64_t u0) {
+    StripsB<NV> b;
+    for (int v = 0; v < NV; ++v) {
+        const int64_t u = u0 + v * kLanes;
+        b.p[v] = p + u / kUnitBlock * stride + u % kUnitBlock;
+    }
+    return b;
+}
+
+// Pointers to the 4 gate vectors of lanes [part N, part N + N) of block blk in forward strips
+// (K, 16) starting at p.
+HWY_INLINE StripsB<4> gate_strips(const float* p, int64_t k_size, int64_t blk, int64_t part) {
+    StripsB<4> b;
+    for (int g = 0; g < 4; ++g) b.p[g] = p + ((blk * 4 + g) * k_size) * kUnitBlock + part * kLanes;
+    return b;
+}
+
+// ---- input projection -------------------------------------------------------------------------
+
+// Vectors of N floats in one block's gate columns (4 gates x 16 units), gate-major: vector j is
+// lanes [j N mod 16, + N) of gate j N / 16.
+constexpr int64_t kBlockVecs = 4 * kUnitBlock / kLanes;
+
+// Pointers to vectors [j0, j0 + 4) of block blk (see kBlockVecs) in forward strips (K, 16)
+// starting at p. On AVX-512 these are the 4 gates; with N = 8 two gates, each as two halves of
+// its strip, so the tile reads whole cache lines.
+HWY_INLINE StripsB<4> block_vecs(const float* p, int64_t k_size, int64_t blk, int64_t j0) {
+    StripsB<4> b;
+    for (int v = 0; v < 4; ++v) {
+        const int64_t lane = (j0 + v) * kLanes;
+        b.p[v] = p + ((blk * 4 + lane / kUnitBlock) * k_size) * kUnitBlock + lane % kUnitBlock;
+    }
+    return b;
+}
+
+// gates rows [r0, r0 + MR), columns [col, col + 4 N) with col = block blk's column j0 N,
+// overwritten <- x (rows, ldx) W_ih^T + bias. A plain GEMM: its tiles need not hold the 4 gates
+// of a unit, so they cover 4 consecutive vectors, whole lines of the strips and of the gates
+// rows. With N = 8 the earlier tile (4 gates x half a strip) read every weight line twice from
+// L2 and wrote each streamed line as two halves far apart, which the write-combining buffers
+// cannot merge: on braun/1x320-CE-short (1 thread, Xeon with AVX-512 running the AVX2 target)
+// its perf samples fell from 0.49 to 0.25 of the weight-gradient tile's, about 6% of the step.
+template <int MR>
+HWY_NOINLINE void projection_tile(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                                  const float* x, int64_t ldx, int64_t in, int64_t blk, int64_t j0,
+                                  float* gates, bool stream, int64_t r0) {
+    const D d;
+    const int64_t gc = lay.gate_cols, col = blk * 4 * kUnitBlock + j0 * kLanes;
+    V acc[MR][4];
+    HWY_UNROLL(4)
+    for (int v = 0; v < 4; ++v) {
+        const V b = hn::LoadU(d, buf.bias + col + v * kLanes);
+        HWY_UNROLL(8)
+        for (int i = 0; i < MR; ++i) acc[i][v] = b;
+    }
+    accumulate<MR, 4>(in, RowsA{x + r0 * ldx, ldx}, block_vecs(buf.w_ih_fwd, in, blk, j0), acc);
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        HWY_UNROLL(4)
+        for (int v = 0; v < 4; ++v) {
+            float* dst = gates + (r0 + i) * gc + col + v * kLanes;
+            if (stream)
+                hn::Stream(acc[i][v], d, dst);  // rows of G floats from a 64-byte boundary: aligned
+            else
+                hn::StoreU(acc[i][v], d, dst);
+        }
+    }
+}
+
+// For a whole sequence the rows go out with streaming stores: they are read back long after the
+// cache has turned over. The flush orders those stores before the caller's barrier.
+void InputProjection(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* x,
+                     int64_t ldx, int64_t rows, int64_t in, float* gates, BlockRange own,
+                     bool stream) {
+    static_assert(kBlockVecs % 4 == 0, "a block is a whole number of projection tiles");
+    for (int64_t r0 = 0; r0 < rows; r0 += kSimdProjectionRows) {
+        const int64_t chunk = std::min(kSimdProjectionRows, rows - r0);
+        for (int64_t blk = own.begin; blk < own.end; ++blk)
+            for (int64_t j0 = 0; j0 < kBlockVecs; j0 += 4)
+                for_each_step<kGateTileRows>(0, chunk, [&](auto mr, int64_t r) HWY_ATTR {
+                    projection_tile<decltype(mr)::value>(lay, buf, x + r0 * ldx, ldx, in, blk, j0,
+                                                         gates + r0 * lay.gate_cols, stream, r);
+                });
+    }
+    if (stream) hwy::FlushStream();
+}
+
+// ---- forward step -----------------------------------------------------------------------------
+
+// Rows [r0, r0 + MR) of a forward segment, lanes [part N, part N + N) of block blk: acc = input
+// projection + h_{t-1} W_hh^T, then activations, c_t = f c_{t-1} + i g, h_t = o tanh(c_t), all
+// from registers.
+template <int MR>
+HWY_NOINLINE void forward_tile(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                               const ForwardSegment<float>& s, int64_t blk, int64_t part,
+                               int64_t r0) {
+    const D d;
+    const int64_t gc = lay.gate_cols, hidden = lay.hidden;
+    const int64_t col = blk * 4 * kUnitBlock + part * kLanes,
+                  unit = blk * kUnitBlock + part * kLanes;
+    V acc[MR][4];
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        HWY_UNROLL(4)
+        for (int g = 0; g < 4; ++g)
+            acc[i][g] = hn::LoadU(d, s.gates + (r0 + i) * gc + col + g * kUnitBlock);
+    }
+    // The next tile's epilogue rows; the lines of a block serve all its parts.
+    const int64_t next = std::min<int64_t>(kGateTileRows, s.rows - r0 - MR);
+    if (next > 0 && part == 0) {
+        prefetch_rows(s.gates + (r0 + MR) * gc + col, gc, next, 4);
+        prefetch_rows(s.c_prev + (r0 + MR) * s.ld_c_prev + unit, s.ld_c_prev, next, 1);
+    }
+    accumulate<MR, 4>(hidden, RowsA{s.h_prev + r0 * s.ld_h_prev, s.ld_h_prev},
+                      gate_strips(buf.w_hh_fwd, hidden, blk, part), acc);
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        const int64_t r = r0 + i;
+        const VecGates a = activate(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+        float* g = s.gates + r * gc + col;
+        hn::StoreU(a.i, d, g);
+        hn::StoreU(a.f, d, g + kUnitBlock);
+        hn::StoreU(a.g, d, g + 2 * kUnitBlock);
+        hn::StoreU(a.o, d, g + 3 * kUnitBlock);
+        const V c = cell_state(a, hn::LoadU(d, s.c_prev + r * s.ld_c_prev + unit));
+        hn::StoreU(c, d, s.c + r * s.ld_c + unit);
+        store_n(hidden_state(a, c), s.h + r * s.ld_h + unit, hidden - unit);
+    }
+}
+
+// The per-step GEMM runs over the whole depth at once, part by part of each block, so one part's
+// weight panel (4 N floats per k) serves every row tile of the step.
+void ForwardStep(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                 const ForwardSegment<float>& s, BlockRange own) {
+    const int64_t gc = lay.gate_cols, first = std::min<int64_t>(kGateTileRows, s.rows);
+    for (int64_t blk = own.begin; blk < own.end; ++blk) {
+        // The first tile of the next block is fetched while this block runs.
+        if (blk + 1 < own.end) {
+            prefetch_rows(s.gates + (blk + 1) * 4 * kUnitBlock, gc, first, 4);
+            prefetch_rows(s.c_prev + (blk + 1) * kUnitBlock, s.ld_c_prev, first, 1);
+        }
+        for (int64_t part = 0; part < kUnitBlock / kLanes; ++part)
+            for_each_step<kGateTileRows>(0, s.rows, [&](auto mr, int64_t r) HWY_ATTR {
+                forward_tile<decltype(mr)::value>(lay, buf, s, blk, part, r);
+            });
+    }
+}
+
+// ---- backward step and dh0 --------------------------------------------------------------------
+
+// Gate gradients of row r, the N units from `unit` (gate columns from `col`), from the recurrent
+// part of dh; adds them to bias (the 4 gate vectors of those units).
+HWY_INLINE void cell_grads(const FusedLayout& lay, const BackwardSegment<float>& seg, int64_t r,
+                           int64_t unit, int64_t col, V dh_carry, V (&bias)[4]) {
+    const D d;
+    const int64_t gc = lay.gate_cols, hp = lay.hidden_padded;
+    const V dy = load_n(seg.dy + r * seg.ld_dy + unit, lay.hidden - unit);
+    float* g = seg.gates + r * gc + col;
+    const VecGates a{hn::LoadU(d, g), hn::LoadU(d, g + kUnitBlock),
+                     hn::LoadU(d, g + 2 * kUnitBlock), hn::LoadU(d, g + 3 * kUnitBlock)};
+    float* dc = seg.dc + r * hp + unit;
+    const VecCellGrads gr =
+        cell_backward(a, hn::LoadU(d, seg.c_prev + r * hp + unit),
+                      hn::LoadU(d, seg.c + r * hp + unit), hn::Add(dh_carry, dy), hn::LoadU(d, dc));
+    hn::StoreU(gr.di, d, g);
+    hn::StoreU(gr.df, d, g + kUnitBlock);
+    hn::StoreU(gr.dg, d, g + 2 * kUnitBlock);
+    hn::StoreU(gr.d_o, d, g + 3 * kUnitBlock);
+    hn::StoreU(gr.dc_prev, d, dc);
+    bias[0] = hn::Add(bias[0], gr.di);
+    bias[1] = hn::Add(bias[1], gr.df);
+    bias[2] = hn::Add(bias[2], gr.dg);
+    bias[3] = hn::Add(bias[3], gr.d_o);
+}
+
+// Rows [r0, r0 + MR) x units [u0, u0 + NV N): dh = dgates_next W_hh (or seg->dh_carry), then
+// either the fused gate gradients (seg set) or a plain store into dh0 (seg null; dgates (rows, G)
+// and dh0 (rows, Hp) given).
+template <int MR, int NV>
+HWY_NOINLINE void backward_tile(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                                const BackwardSegment<float>* seg, const float* dgates, float* dh0,
+                                int64_t u0, int64_t r0) {
+    const D d;
+    const int64_t gc = lay.gate_cols, hp = lay.hidden_padded;
+    const float* dg = seg ? seg->dgates_next : dgates;
+    V acc[MR][NV];
+    if (seg) {
+        // This tile's epilogue operands, fetched while its GEMM runs.
+        const int64_t lines = lines_of(NV), col = u0 / kUnitBlock * 4 * kUnitBlock;
+        prefetch_rows(seg->gates + r0 * gc + col, gc, MR, 4 * lines);
+        prefetch_rows(seg->c + r0 * hp + u0, hp, MR, lines);
+        prefetch_rows(seg->c_prev + r0 * hp + u0, hp, MR, lines);
+        prefetch_rows(seg->dy + r0 * seg->ld_dy + u0, seg->ld_dy, MR, lines);
+    }
+    if (dg) {
+        HWY_UNROLL(8)
+        for (int i = 0; i < MR; ++i) {
+            HWY_UNROLL(4)
+            for (int v = 0; v < NV; ++v) acc[i][v] = hn::Zero(d);
+        }
+        accumulate<MR, NV>(gc, RowsA{dg + r0 * gc, gc},
+                           column_strips<NV>(buf.w_hh_bwd, gc * kUnitBlock, u0), acc);
+    } else {
+        HWY_UNROLL(8)
+        for (int i = 0; i < MR; ++i) {
+            HWY_UNROLL(4)
+            for (int v = 0; v < NV; ++v)
+                acc[i][v] = hn::LoadU(d, seg->dh_carry + (r0 + i) * hp + u0 + v * kLanes);
+        }
+    }
+    if (!seg) {
+        HWY_UNROLL(8)
+        for (int i = 0; i < MR; ++i) {
+            HWY_UNROLL(4)
+            for (int v = 0; v < NV; ++v)
+                hn::StoreU(acc[i][v], d, dh0 + (r0 + i) * hp + u0 + v * kLanes);
+        }
+        return;
+    }
+    // Vector by vector, so its bias gradient stays in registers across the rows (added in row
+    // order, as a row-at-a-time update would).
+    HWY_UNROLL(4)
+    for (int v = 0; v < NV; ++v) {
+        const int64_t unit = u0 + v * kLanes;
+        const int64_t col = unit / kUnitBlock * 4 * kUnitBlock + unit % kUnitBlock;
+        float* bg = seg->bias_grad + col;
+        V bias[4];
+        HWY_UNROLL(4)
+        for (int q = 0; q < 4; ++q) bias[q] = hn::LoadU(d, bg + q * kUnitBlock);
+        HWY_UNROLL(8)
+        for (int i = 0; i < MR; ++i) cell_grads(lay, *seg, r0 + i, unit, col, acc[i][v], bias);
+        HWY_UNROLL(4)
+        for (int q = 0; q < 4; ++q) hn::StoreU(bias[q], d, bg + q * kUnitBlock);
+    }
+}
+
+// Over the own units in groups of kTileVecs vectors, each group over the rows in tiles.
+void backward_units(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                    const BackwardSegment<float>* seg, const float* dgates, int64_t rows,
+                    float* dh0, BlockRange own) {
+    for_each_step<kTileVecs>(own.begin * kUnitBlock / kLanes, own.end * kUnitBlock / kLanes,
+                             [&](auto nv, int64_t vec0) HWY_ATTR {
+                                 for_each_step<kTileRows>(
+                                     0, rows, [&](auto mr, int64_t r) HWY_ATTR {
+                                         backward_tile<decltype(mr)::value, decltype(nv)::value>(
+                                             lay, buf, seg, dgates, dh0, vec0 * kLanes, r);
+                                     });
+                             });
+}
+
+void BackwardStep(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                  const BackwardSegment<float>& s, BlockRange own) {
+    backward_units(lay, buf, &s, nullptr, s.rows, nullptr, own);
+}
+
+void BackwardDh0(const FusedLayout& lay, const FusedBuffers<float>& buf, int64_t rows,
+                 const float* dgates, float* dh0, BlockRange own) {
+    backward_units(lay, buf, nullptr, dgates, rows, dh0, own);
+}
+
+// ---- input gradients --------------------------------------------------------------------------
+
+// d_in rows [r0, r0 + MR) x features [f0, f0 + NV N) (+)= dgates (rows, G) W_ih; features >= in
+// are neither read nor written.
+template <int MR, int NV>
+HWY_NOINLINE void input_grad_tile(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                                  const float* dgates, int64_t in, float* d_in, int64_t ld,
+                                  bool add, int64_t f0, int64_t r0) {
+    const D d;
+    const int64_t gc = lay.gate_cols;
+    V acc[MR][NV];
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        HWY_UNROLL(4)
+        for (int v = 0; v < NV; ++v) {
+            const int64_t f = f0 + v * kLanes;
+            acc[i][v] = add ? load_n(d_in + (r0 + i) * ld + f, in - f) : hn::Zero(d);
+        }
+    }
+    accumulate<MR, NV>(gc, RowsA{dgates + r0 * gc, gc},
+                       column_strips<NV>(buf.w_ih_bwd, gc * kUnitBlock, f0), acc);
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        HWY_UNROLL(4)
+        for (int v = 0; v < NV; ++v) {
+            const int64_t f = f0 + v * kLanes;
+            store_n(acc[i][v], d_in + (r0 + i) * ld + f, in - f);
+        }
+    }
+}
+
+void InputGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* dgates,
+                BlockRange rows, int64_t in, float* d_in, int64_t ld_in, bool accumulate_into) {
+    const int64_t vecs = (in + kLanes - 1) / kLanes;
+    for (int64_t r0 = rows.begin; r0 < rows.end; r0 += kSimdInputGradRows) {
+        const int64_t chunk = std::min(kSimdInputGradRows, rows.end - r0);
+        const float* dg = dgates + r0 * lay.gate_cols;
+        float* out = d_in + r0 * ld_in;
+        for_each_step<kTileVecs>(0, vecs, [&](auto nv, int64_t vec0) HWY_ATTR {
+            for_each_step<kTileRows>(0, chunk, [&](auto mr, int64_t r) HWY_ATTR {
+                input_grad_tile<decltype(mr)::value, decltype(nv)::value>(
+                    lay, buf, dg, in, out, ld_in, accumulate_into, vec0 * kLanes, r);
+            });
+        });
+    }
+}
+
+// ---- weight gradients -------------------------------------------------------------------------
+
+// One K-chunk of dw (4H, width) += dG^T B, the gate rows of the own blocks. C rows are gate
+// columns (a packed tile of kGradTileCols at a time), C columns the partner's features (a panel
+// of NV vectors at a time, packed first: read in place, its rows ld apart fall into a few L1 sets
+// and are evicted between tiles; packed, the panel stays in L1 across all of them).
+struct GradChunk {
+    const FusedLayout* lay;
+    const float* a_pack;  // the chunk's dgates, own columns, packed in tiles
+    const SimdChunkSegment* segs;
+    int64_t seg_count, len, width, c_begin, c_count;
+    float* dw;
+    float* b_pack;  // (len, NV N) scratch
+};
+
+// dw rows of gate columns [c_begin + r, + MR) x features [col0, col0 + NV N) += the chunk's
+// products; rows of padded units and features >= width are neither read nor written.
+template <int MR, int NV>
+HWY_NOINLINE void grad_tile(const GradChunk& g, int64_t col0, int64_t r) {
+    const int64_t hidden = g.lay->hidden;
+    float* rows[MR];
+    bool valid[MR];
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        const int64_t c = g.c_begin + r + i, blk = c / (4 * kUnitBlock);
+        const int64_t gate = c / kUnitBlock % 4, unit = blk * kUnitBlock + c % kUnitBlock;
+        valid[i] = unit < hidden;
+        rows[i] = valid[i] ? g.dw + (gate * hidden + unit) * g.width + col0 : g.dw;
+    }
+    V acc[MR][NV];
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        HWY_UNROLL(4)
+        for (int v = 0; v < NV; ++v)
+            acc[i][v] = load_n(rows[i] + v * kLanes, valid[i] ? g.width - col0 - v * kLanes : 0);
+    }
+    // The next tile's rows of C: consecutive gate columns are consecutive rows of dw within a
+    // gate, and a tile straddling a gate boundary just prefetches less usefully.
+    if (r + 2 * MR <= g.c_count) {
+        const int64_t c = g.c_begin + r + MR, blk = c / (4 * kUnitBlock);
+        const int64_t gate = c / kUnitBlock % 4, unit = blk * kUnitBlock + c % kUnitBlock;
+        if (unit + MR <= hidden)
+            prefetch_rows(g.dw + (gate * hidden + unit) * g.width + col0, g.width, MR,
+                          lines_of(NV));
+    }
+    accumulate<MR, NV>(g.len, PackedA{g.a_pack + r * kGradChunk}, PanelB<NV>{g.b_pack}, acc);
+    HWY_UNROLL(8)
+    for (int i = 0; i < MR; ++i) {
+        HWY_UNROLL(4)
+        for (int v = 0; v < NV; ++v)
+            store_n(acc[i][v], rows[i] + v * kLanes, valid[i] ? g.width - col0 - v * kLanes : 0);
+    }
+}
+
+// Packs the chunk's partner rows for features [col0, col0 + NV N) (zeros past width; they only
+// feed lanes never stored), then runs every tile of gate columns over them.
+template <int NV>
+void grad_panel(const GradChunk& g, int64_t col0) {
+    const D d;
+    for (int64_t s = 0; s < g.seg_count; ++s)
+        for (int64_t j = 0; j < g.segs[s].len; ++j) {
+            const float* src = g.segs[s].b + j * g.segs[s].ld + col0;
+            float* dst = g.b_pack + (g.segs[s].k_off + j) * NV * kLanes;
+            HWY_UNROLL(4)
+            for (int v = 0; v < NV; ++v)
+                hn::StoreU(load_n(src + v * kLanes, g.width - col0 - v * kLanes), d,
+                           dst + v * kLanes);
+        }
+    for_each_step<kTileRows>(0, g.c_count, [&](auto mr, int64_t r) HWY_ATTR {
+        grad_tile<decltype(mr)::value, NV>(g, col0, r);
+    });
+}
+
+// The parts of `runs` (sorted, covering every compact row) inside [k0, k0 + len).
+int64_t chunk_segments(const RowRun<float>* runs, int64_t run_count, int64_t& cursor, int64_t k0,
+                       int64_t len, SimdChunkSegment* out) {
+    int64_t count = 0;
+    while (cursor < run_count && runs[cursor].k0 + runs[cursor].count <= k0) ++cursor;
+    for (int64_t i = cursor; i < run_count && runs[i].k0 < k0 + len; ++i) {
+        const int64_t begin = std::max(runs[i].k0, k0);
+        const int64_t end = std::min(runs[i].k0 + runs[i].count, k0 + len);
+        if (end <= begin) continue;
+        out[count++] = SimdChunkSegment{
+            begin - k0, end - begin, runs[i].rows + (begin - runs[i].k0) * runs[i].ld, runs[i].ld};
+    }
+    return count;
+}
+
+// a_pack <- dgates (S, G) rows [k0, k0 + len), columns [c_begin, c_begin + c_count), as tiles of
+// kGradTileCols columns (tile t, row k at a_pack + t * kGradChunk * kGradTileCols +
+// k * kGradTileCols; the last tile holds the remainder). Overwrites.
+void pack_grad_chunk(const FusedLayout& lay, const float* dgates, int64_t k0, int64_t len,
+                     int64_t c_begin, int64_t c_count, float* a_pack) {
+    const int64_t gc = lay.gate_cols;
+    // Row by row, so each source line is read once; the tiles are written in parallel streams.
+    for (int64_t k = 0; k < len; ++k) {
+        const float* src = dgates + (k0 + k) * gc + c_begin;
+        float* dst = a_pack + k * kGradTileCols;
+        for (int64_t c0 = 0; c0 < c_count; c0 += kGradTileCols) {
+            const int64_t n = std::min<int64_t>(kGradTileCols, c_count - c0);
+            float* out = dst + c0 * kGradChunk;
+            for (int64_t i = 0; i < n; ++i) out[i] = src[c0 + i];
+        }
+    }
+}
+
+void WeightGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* dgates,
+                 const RowRun<float>* x_runs, int64_t x_run_count, const RowRun<float>* h_runs,
+                 int64_t h_run_count, int64_t in, float* dw_ih, float* dw_hh, BlockRange own) {
+    if (own.count() == 0) return;
+    const int64_t c_begin = own.begin * 4 * kUnitBlock, c_count = own.count() * 4 * kUnitBlock;
+    float* a_pack = buf.a_pack + (c_begin + kGradTileCols * own.begin) * kGradChunk;
+    float* b_pack = buf.b_pack + own.begin * kGradChunk * kGradPanelCols;
+    int64_t total = 0;
+    for (int64_t i = 0; i < x_run_count; ++i) total += x_runs[i].count;
+    SimdChunkSegment segs[kGradChunk];
+    int64_t x_cursor = 0, h_cursor = 0;
+    for (int64_t k0 = 0; k0 < total; k0 += kGradChunk) {
+        const int64_t len = std::min(kGradChunk, total - k0);
+        pack_grad_chunk(lay, dgates, k0, len, c_begin, c_count, a_pack);
+        GradChunk g{&lay, a_pack, segs, 0, len, in, c_begin, c_count, dw_ih, b_pack};
+        auto panels = [&](int64_t width) {
+            for_each_step<kTileVecs>(0, (width + kLanes - 1) / kLanes,
+                                     [&](auto nv, int64_t vec0) HWY_ATTR {
+                                         grad_panel<decltype(nv)::value>(g, vec0 * kLanes);
+                                     });
+        };
+        g.seg_count = chunk_segments(x_runs, x_run_count, x_cursor, k0, len, segs);
+        panels(in);
+        g.seg_count = chunk_segments(h_runs, h_run_count, h_cursor, k0, len, segs);
+        g.width = lay.hidden;
+        g.dw = dw_hh;
+        panels(lay.hidden);
+    }
+}
+
+// ---- the gate math alone (tests) ---------------------------------------------------------------
+
+void Activations(const float* x, int64_t count, float* sigmoid_out, float* tanh_out) {
+    for (int64_t i = 0; i < count; i += kLanes) {
+        const V v = load_n(x + i, count - i);
+        store_n(sigmoid_v(v), sigmoid_out + i, count - i);
+        store_n(tanh_v(v), tanh_out + i, count - i);
+    }
+}
+
+void Cell(const float* pre, const float* c_prev, const float* dh, const float* dc, float* out) {
+    const D d;
+    for (int64_t u = 0; u < kUnitBlock; u += kLanes) {
+        const VecGates a = activate(hn::LoadU(d, pre + u), hn::LoadU(d, pre + kUnitBlock + u),
+                                    hn::LoadU(d, pre + 2 * kUnitBlock + u),
+                                    hn::LoadU(d, pre + 3 * kUnitBlock + u));
+        const V cp = hn::LoadU(d, c_prev + u);
+        const V c = cell_state(a, cp);
+        const VecCellGrads g = cell_backward(a, cp, c, hn::LoadU(d, dh + u), hn::LoadU(d, dc + u));
+        const V all[11] = {a.i,  a.f,  a.g,  a.o,   c,        hidden_state(a, c),
+                           g.di, g.df, g.dg, g.d_o, g.dc_prev};
+        for (int q = 0; q < 11; ++q) hn::StoreU(all[q], d, out + q * kUnitBlock + u);
+    }
+}
+
+const SimdFusedOps kFusedOps = {HWY_TARGET,   kLanes,      InputProjection, ForwardStep,
+                                BackwardStep, BackwardDh0, WeightGrads,     InputGrads,
+                                Activations,  Cell};
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lstm::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lstm::kernels::cpu {
+namespace {
+
+// The table of `target`, null where it is not compiled into this file.
+const SimdFusedOps* ops_for(int64_t target) {
+#define LSTM_FUSED_TARGET(TARGET, NS) \
+    if (target == (TARGET)) return &NS::kFusedOps;
+#if HWY_TARGETS & HWY_AVX3_DL
+    LSTM_FUSED_TARGET(HWY_AVX3_DL, N_AVX3_DL)
+#endif
+#if HWY_TARGETS & HWY_AVX3
+    LSTM_FUSED_TARGET(HWY_AVX3, N_AVX3)
+#endif
+#if HWY_TARGETS & HWY_AVX2
+    LSTM_FUSED_TARGET(HWY_AVX2, N_AVX2)
+#endif
+#if HWY_TARGETS & HWY_SSE4
+    LSTM_FUSED_TARGET(HWY_SSE4, N_SSE4)
+#endif
+#if HWY_TARGETS & HWY_SSSE3
+    LSTM_FUSED_TARGET(HWY_SSSE3, N_SSSE3)
+#endif
+#if HWY_TARGETS & HWY_NEON
+    LSTM_FUSED_TARGET(HWY_NEON, N_NEON)
+#endif
+#if HWY_TARGETS & HWY_PPC8
+    LSTM_FUSED_TARGET(HWY_PPC8, N_PPC8)
+#endif
+#if HWY_TARGETS & HWY_WASM
+    LSTM_FUSED_TARGET(HWY_WASM, N_WASM)
+#endif
+#if HWY_TARGETS & HWY_EMU128
+    LSTM_FUSED_TARGET(HWY_EMU128, N_EMU128)
+#endif
+#if HWY_TARGETS & HWY_SCALAR
+    LSTM_FUSED_TARGET(HWY_SCALAR, N_SCALAR)
+#endif
+#undef LSTM_FUSED_TARGET
+    return nullptr;
+}
+
+// The targets ops_for knows, as a bit set.
+int64_t compiled_targets() {
+    int64_t bits = 0;
+    for (int bit = 0; bit < 63; ++bit)
+        if (ops_for(int64_t{1} << bit)) bits |= int64_t{1} << bit;
+    return bits;
+}
+
+// The best (lowest) bit of `bits`; the emulated fallback when empty.
+int64_t best_of(int64_t bits) {
+    if (bits == 0) return HWY_STATIC_TARGET;
+    return bits & -bits;
+}
+
+// The table of `target`, or of the best one this CPU runs when it is not compiled.
+const SimdFusedOps* ops_or_best(int64_t target) {
+    const SimdFusedOps* ops = ops_for(target);
+    return ops ? ops : ops_for(best_of(simd_fused_targets()));
+}
+
+}  // namespace
+
+int64_t simd_fused_targets() { return compiled_targets() & hwy::SupportedTargets(); }
+
+int64_t simd_fused_avx2_target() { return ops_for(HWY_AVX2) ? HWY_AVX2 : 0; }
+
+bool simd_fused_runs_avx2() {
+    // Checked once: hwy::SupportedTargets() runs CPUID (slow in a virtual machine), and
+    // restrict_simd_to_avx2() never takes AVX2 away.
+    static const bool runs = [] {
+        const int64_t avx2 = simd_fused_avx2_target();
+        return avx2 != 0 && (simd_fused_targets() & avx2) != 0;
+    }();
+    return runs;
+}
+
+const char* simd_fused_target_name(int64_t target) { return hwy::TargetName(target); }
+
+int64_t simd_fused_lanes(int64_t target) {
+    const SimdFusedOps* ops = ops_for(target);
+    return ops ? ops->lanes : 0;
+}
+
+void simd_fused_activations(int64_t target, const float* x, int64_t count, float* sigmoid_out,
+                            float* tanh_out) {
+    ops_or_best(target)->activations(x, count, sigmoid_out, tanh_out);
+}
+
+void simd_fused_cell(int64_t target, const float* pre, const float* c_prev, const float* dh,
+                     const float* dc, float* out) {
+    ops_or_best(target)->cell(pre, c_prev, dh, dc, out);
+}
+
+SimdFusedKernels::SimdFusedKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
+    : SimdFusedKernels(lay, buf, best_of(simd_fused_targets())) {}
+
+SimdFusedKernels::SimdFusedKernels(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                                   int64_t target)
+    : lay_(lay), buf_(buf), ops_(ops_or_best(target)) {}
+
+int64_t SimdFusedKernels::target() const { return ops_->target; }
+
+void SimdFusedKernels::pack_forward(const float* w_ih, int64_t in, const float* w_hh,
+                                    const float* b_ih, const float* b_hh, BlockRange own) const {
+    pack_gate_strips(w_ih, in, lay_, own, buf_.w_ih_fwd);
+    pack_gate_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_fwd);
+    pack_bias_interleaved(b_ih, b_hh, lay_, own, buf_.bias);
+}
+
+void SimdFusedKernels::input_projection(const float* x, int64_t ldx, int64_t rows, int64_t in,
+                                        float* gates, BlockRange own,
+                                        ProjectionTarget target) const {
+    ops_->input_projection(lay_, buf_, x, ldx, rows, in, gates, own,
+                           target == ProjectionTarget::whole_sequence);
+}
+
+void SimdFusedKernels::forward_step(const ForwardSegment<float>& s, BlockRange own) const {
+    ops_->forward_step(lay_, buf_, s, own);
+}
+
+void SimdFusedKernels::pack_backward(const float* w_ih, int64_t in, const float* w_hh,
+                                     BlockRange own) const {
+    pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
+    pack_column_strips(w_ih, in, lay_, own, buf_.w_ih_bwd);
+}
+
+void SimdFusedKernels::backward_step(const BackwardSegment<float>& s, BlockRange own) const {
+    ops_->backward_step(lay_, buf_, s, own);
+}
+
+void SimdFusedKernels::backward_dh0(int64_t rows, const float* dgates, float* dh0,
+                                    BlockRange own) const {
+    ops_->backward_dh0(lay_, buf_, rows, dgates, dh0, own);
+}
+
+void SimdFusedKernels::weight_grads(const float* dgates, const RowRun<float>* x_runs,
+                                    int64_t x_run_count, const RowRun<float>* h_runs,
+                                    int64_t h_run_count, int64_t in, float* dw_ih, float* dw_hh,
+                                    BlockRange own) const {
+    ops_->weight_grads(lay_, buf_, dgates, x_runs, x_run_count, h_runs, h_run_count, in, dw_ih,
+                       dw_hh, own);
+}
+
+void SimdFusedKernels::input_grads(const float* dgates, BlockRange rows, int64_t in, float* d_in,
+                                   int64_t ld_in, bool accumulate) const {
+    ops_->input_grads(lay_, buf_, dgates, rows, in, d_in, ld_in, accumulate);
+}
+
+}  // namespace lstm::kernels::cpu
+#endif  // HWY_ONCE
