@@ -17,6 +17,7 @@ namespace {
 constexpr std::string_view kPrefix = "--lstm_";
 constexpr std::string_view kThreads = "--lstm_threads=";
 constexpr std::string_view kWarmup = "--lstm_warmup_steps=";
+constexpr std::string_view kBusy = "--lstm_busy_processes=";
 
 int parse_int(std::string_view text, std::string_view flag, int min) {
     int value = 0;
@@ -53,6 +54,8 @@ BenchFlags parse_bench_flags(int* argc, char** argv) {
             flags.threads_given = true;
         } else if (starts_with(arg, kWarmup)) {
             flags.warmup_steps = parse_int(arg.substr(kWarmup.size()), "--lstm_warmup_steps", 0);
+        } else if (starts_with(arg, kBusy)) {
+            flags.busy_processes = parse_int(arg.substr(kBusy.size()), "--lstm_busy_processes", 0);
         } else if (starts_with(arg, kPrefix)) {
             throw std::invalid_argument("unknown flag '" + std::string(arg) +
                                         "' (see --help for the --lstm_* flags)");
@@ -75,6 +78,8 @@ void print_help() {
         "  [--lstm_warmup_steps=N]      untimed steps before timing (default: 1): training\n"
         "                               steps; bahrampour/: passes over its 16 batches;\n"
         "                               deepbench/: the timed call with its prerequisites\n"
+        "  [--lstm_busy_processes=N]    N competing processes spin for the whole run (default\n"
+        "                               0): how the cases cope with a shared machine\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
         "--benchmark_report_aggregates_only=true.\n"
         "\nBefore the cases run, this machine's fp32 FMA peak is measured for every CPU thread\n"

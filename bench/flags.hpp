@@ -17,6 +17,9 @@ struct BenchFlags {
     // of the buffers a step allocates; Braun dropped 100 warm-up batches). Bahrampour cases run
     // N passes over their batches, DeepBench cases N times their timed call and its prerequisites.
     int warmup_steps = 1;
+    // --lstm_busy_processes=N: competing processes that spin for the whole run (contention.hpp),
+    // started after the peak measurement.
+    int busy_processes = 0;
 };
 
 // Consumes every --lstm_* argument of argv (shifting the rest down and updating *argc); throws

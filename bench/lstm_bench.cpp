@@ -5,9 +5,12 @@
 
 #include <cstdio>
 #include <exception>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "braun_bench.hpp"
+#include "contention.hpp"
 #include "ctc_bench.hpp"
 #include "deepbench_bench.hpp"
 #include "flags.hpp"
@@ -33,6 +36,15 @@ int main(int argc, char** argv) {
     std::vector<int> cpu_threads = flags.threads;
     for (int k : lstm::bench::imdb_thread_counts(flags)) cpu_threads.push_back(k);
     lstm::bench::add_host_context(cpu_threads);
+    // After the peak measurement, which must see the machine alone.
+    std::unique_ptr<lstm::bench::BusyProcesses> busy;
+    try {
+        busy = std::make_unique<lstm::bench::BusyProcesses>(flags.busy_processes);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "lstm_bench: %s\n", e.what());
+        return 2;
+    }
+    benchmark::AddCustomContext("busy_processes", std::to_string(busy->count()));
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;
