@@ -1,7 +1,7 @@
 #pragma once
 
 // The four workloads of Braun 2018, "LSTM Benchmarks for Deep Learning Frameworks", exactly as
-// the project brief's BENCHMARKS.md (section 1) states them, and the synthetic batch each one
+// docs/benchmarks.md ("The cases") states them, and the synthetic batch each one
 // trains on.
 
 #include <array>
@@ -58,7 +58,7 @@ enum class BraunLengths {
 };
 
 struct BraunScenario {
-    const char* name;  // as in BENCHMARKS.md, part of the benchmark name
+    const char* name;  // as in docs/benchmarks.md, part of the benchmark name
     Config config;
     int64_t batch;    // N
     int64_t seq_len;  // T (padded length for ctc_linspace)

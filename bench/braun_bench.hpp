@@ -1,7 +1,7 @@
 #pragma once
 
-// Registers the Braun 2018 training-step cases (BENCHMARKS.md section 1) for every registered
-// variant, named braun/<scenario>/<device>/<variant>/threads:K.
+// Registers the Braun 2018 training-step cases (docs/benchmarks.md, "The cases") for every
+// registered variant, named braun/<scenario>/<device>/<variant>/threads:K.
 
 #include "flags.hpp"
 

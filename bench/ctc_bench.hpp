@@ -1,7 +1,7 @@
 #pragma once
 
-// Registers the CTC loss kernel case of BENCHMARKS.md section 4: forward + gradient on Braun's CTC
-// shape, named loss/ctc/cpu/threads:K.
+// Registers the CTC loss kernel case of docs/benchmarks.md, "The cases": forward + gradient on
+// Braun's CTC shape, named loss/ctc/cpu/threads:K.
 
 #include "flags.hpp"
 

@@ -1,9 +1,9 @@
 #pragma once
 
-// Registers the DeepBench LSTM kernel cases (BENCHMARKS.md section 3) for every variant, one
-// fixture for both devices: deepbench/H:<H>/N:<N>/T:<T>/<fwd|bwd_data|bwd_weights>/cpu/<variant>/
-// threads:K, and .../cuda/<variant> (once, no thread sweep; skipped with the reason when no GPU
-// is visible).
+// Registers the DeepBench LSTM kernel cases (docs/benchmarks.md, "DeepBench kernel sizes") for
+// every variant, one fixture for both devices:
+// deepbench/H:<H>/N:<N>/T:<T>/<fwd|bwd_data|bwd_weights>/cpu/<variant>/ threads:K, and
+// .../cuda/<variant> (once, no thread sweep; skipped with the reason when no GPU is visible).
 
 #include <cstdint>
 #include <string>
@@ -13,8 +13,8 @@
 
 namespace lstm::bench {
 
-// DeepBench's LSTM training sizes used here (BENCHMARKS.md section 3): one layer,
-// unidirectional, input size = H, every sequence of length T, on either device.
+// DeepBench's LSTM training sizes used here (docs/benchmarks.md, "DeepBench kernel sizes"): one
+// layer, unidirectional, input size = H, every sequence of length T, on either device.
 struct DeepBenchShape {
     int64_t hidden, batch, seq_len;
 };

@@ -1,7 +1,8 @@
 #pragma once
 
-// The FLOP convention of BENCHMARKS.md, so GFLOP/s compares across variants and with published
-// numbers: only the LSTM's GEMMs count, and only at valid (unpadded) steps.
+// The FLOP convention of docs/benchmarks.md ("FLOP convention"), so GFLOP/s compares across
+// variants and with published numbers: only the LSTM's GEMMs count, and only at valid (unpadded)
+// steps.
 //
 //   forward  = sum over layers l and directions d of  2 * 4H * (in_l + H) * sum_n lengths[n]
 //   backward = 2 * forward   (the data gradient and the weight gradient are one GEMM each)

@@ -1,7 +1,7 @@
 #pragma once
 
 // The LSTM sentiment model of Bahrampour et al. 2016, "Comparative Study of Deep Learning
-// Software Frameworks" (the project brief's BENCHMARKS.md, section 2), and the fixed batches it
+// Software Frameworks" (docs/benchmarks.md, "Bahrampour 2016"), and the fixed batches it
 // runs on. No embedding layer: the inputs are random 128-wide vectors standing in for the
 // embedded words (the lookup is not what is measured).
 

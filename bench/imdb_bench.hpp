@@ -1,7 +1,7 @@
 #pragma once
 
-// Registers the Bahrampour 2016 IMDB sentiment-model cases (BENCHMARKS.md section 2) for every
-// CPU variant: bahrampour/imdb/<fwd|grad>/cpu/<variant>/threads:K.
+// Registers the Bahrampour 2016 IMDB sentiment-model cases (docs/benchmarks.md, "Bahrampour 2016")
+// for every CPU variant: bahrampour/imdb/<fwd|grad>/cpu/<variant>/threads:K.
 
 #include <vector>
 

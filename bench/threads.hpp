@@ -5,7 +5,7 @@
 
 namespace lstm::bench {
 
-// All processors the OS reports, the default of BENCHMARKS.md ("default: all cores").
+// All processors the OS reports, the bench's default ("default: all cores", docs/benchmarks.md).
 int all_cpu_threads();
 
 // Sets the OpenMP team size and Eigen's product thread count to `threads`.

@@ -31,7 +31,7 @@ if(LSTM_WITH_CUDNN)
     target_link_libraries(lstm_cuda PUBLIC ${LSTM_CUDNN_LIBRARY})
 endif()
 # Same warnings as the rest of the project; nvcc passes them to the host compiler. Eigen stays
-# out of .cu files (DESIGN.md), so it is not on lstm_cuda's include path at all.
+# out of .cu files (docs/architecture.md), so it is not on lstm_cuda's include path at all.
 target_compile_options(lstm_cuda PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wshadow --expt-relaxed-constexpr>)

@@ -1,9 +1,9 @@
 // CTC test cases shared by tests/ctc_test.cpp, tests/cuda_loss_host_test.cpp and
 // tests/gpu/losses_test.cpp: the case builders, a case as ctc_loss's arguments, the comparison with
-// the double oracle, the published values of NUMERICS.md, the random-batch sweep and the long
-// inputs where float is checked against double. Each test file brings its own way
-// of running a case (the CPU kernel, the emulated CUDA kernels, the GPU); a run result is any
-// struct with `loss`, `losses` and `grad`.
+// the double oracle, the published values (tests/ctc_cases.hpp names their sources), the
+// random-batch sweep and the long inputs where float is checked against double. Each test file
+// brings its own way of running a case (the CPU kernel, the emulated CUDA kernels, the GPU); a run
+// result is any struct with `loss`, `losses` and `grad`.
 #pragma once
 
 #include <algorithm>
@@ -172,7 +172,7 @@ double relative_error(const std::vector<A>& got, const std::vector<double>& want
 }
 
 // ---------------------------------------------------------------------------------------------
-// The published values of NUMERICS.md
+// The published values (each with its source)
 // ---------------------------------------------------------------------------------------------
 
 struct PublishedCtc {

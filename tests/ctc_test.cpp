@@ -1,8 +1,8 @@
-// CTC loss: the published values of NUMERICS.md, the double reference against an enumeration of
-// every path and against central finite differences, the fast kernel against the reference
-// (float and double, logits and log-probs, padded and concatenated targets, every reduction),
-// per-frame gradient sums, padding, batch = per-sample, thread-count invariance, infeasible
-// samples, errors, and the accuracy of float at T = 5000 against double.
+// CTC loss: the published values (tests/ctc_cases.hpp names their sources), the double reference
+// against an enumeration of every path and against central finite differences, the fast kernel
+// against the reference (float and double, logits and log-probs, padded and concatenated targets,
+// every reduction), per-frame gradient sums, padding, batch = per-sample, thread-count invariance,
+// infeasible samples, errors, and the accuracy of float at T = 5000 against double.
 
 #include <algorithm>
 #include <catch2/catch.hpp>

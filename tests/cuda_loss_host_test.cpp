@@ -3,8 +3,8 @@
 // kernels launch them, in plain loops (threads of a step one after another, a barrier being the
 // end of a loop, warp shuffles emulated lane by lane), on the scratch layout and upload the host
 // code builds (kernels/cuda/ctc_layout.hpp). The results are compared with the double oracle
-// (lstm/reference/ctc_reference.hpp), NUMERICS.md's published CTC values and the CPU losses.
-// Also the host-side logic of the CUDA path: layout, label order, cuDNN's restrictions, the
+// (lstm/reference/ctc_reference.hpp), the published CTC values of tests/ctc_cases.hpp and the CPU
+// losses. Also the host-side logic of the CUDA path: layout, label order, cuDNN's restrictions, the
 // backend choice and the device checks of the loss API.
 
 #include <algorithm>

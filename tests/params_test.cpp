@@ -2,7 +2,8 @@
 
 #include <catch2/catch.hpp>
 
-// Published parameter counts of BENCHMARKS.md and PyTorch's parameters() order.
+// Published parameter counts (Braun 2018, Bahrampour 2016; docs/benchmarks.md) and PyTorch's
+// parameters() order.
 TEST_CASE("param_count matches the Braun parameter counts", "[params]") {
     // LSTM part only: the dense heads (320*10, 640*10, 640*59 without bias) make up the rest.
     lstm::Config one{123, 320, 1, false};

@@ -3,7 +3,7 @@
 // The double-precision LSTM oracle every variant is judged against. It is written to be obviously
 // right rather than fast: one sequence at a time, one time step at a time, naive loops, no Eigen,
 // no threads. Its own correctness is established by finite differences in
-// tests/reference_lstm_test.cpp. Conventions are PyTorch nn.LSTM's (docs: DESIGN.md).
+// tests/reference_lstm_test.cpp. Conventions are PyTorch nn.LSTM's (docs/architecture.md).
 
 #include <cmath>
 #include <cstddef>

@@ -1,7 +1,7 @@
 #pragma once
 
 // The tolerance rule every comparison with the reference uses (docs/testing.md, from
-// NUMERICS.md). Error grows with accumulation depth, so fp32 allows
+// docs/testing.md). Error grows with accumulation depth, so fp32 allows
 // rtol = c * ceil(log2((in + H) * T)) * 1.2e-7 with c = 4 forward and 8 backward; fp64 allows
 // 1e-12. Elements near zero come out of sums with cancellation, so the absolute floor is rtol
 // times the largest magnitude of the tensor being compared.

@@ -161,7 +161,7 @@ private:
     Buffer y_, hn_, cn_, dh0_, dc0_, dx_, dparams_, workspace_, reserve_;
 };
 
-// small_shapes() (tests/variant_runner.hpp) plus Braun's (BENCHMARKS.md: I = 123,
+// small_shapes() (tests/variant_runner.hpp) plus Braun's (docs/benchmarks.md: I = 123,
 // H = 320). The naive double reference is what costs: 1x320-CE-short runs at full size, the
 // long ones with T cut to keep this executable within a few minutes; 4x320-CTC keeps its
 // spread of lengths (linspace over [T/2, T]).
