@@ -7,11 +7,14 @@
 // gradients are GEMMs over all steps at once. Rows are sorted by length once per call and kept
 // compact (kernels/cpu/fused_cell.hpp), so every GEMM covers exactly the valid frames.
 //
-// Threads: ONE OpenMP team for the whole call. Each thread owns a contiguous range of 16-unit
-// blocks with all four gates of its units (gate columns are interleaved per block), so the
-// element-wise work of a step needs only the thread's own GEMM output, and a step ends with one
-// barrier (the next step reads every thread's h_t, or dgates in backward). GEMMs inside the team
-// are single-threaded. Work split by rows (dx) and by steps (gather, scatter) uses the same team.
+// Threads: ONE OpenMP team for the whole call, of omp_get_max_threads() threads unless the
+// machine lacks the cores for them (kernels/cpu/team.hpp shrinks the team while another process
+// takes cores, since every barrier a descheduled thread misses costs a scheduler slice). Each
+// thread owns a contiguous range of 16-unit blocks with all four gates of its units (gate
+// columns are interleaved per block), so the element-wise work of a step needs only the
+// thread's own GEMM output, and a step ends with one barrier (the next step reads every thread's
+// h_t, or dgates in backward). GEMMs inside the team are single-threaded. Work split by rows
+// (dx) and by steps (gather, scatter) uses the same team.
 //
 // Instruction sets (float only; double always takes the portable path):
 //  - avx512: kernels/cpu/avx512_gemm.hpp, own register-blocked GEMMs with the gate math in the
@@ -56,6 +59,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
+#include "kernels/cpu/team.hpp"
 #include "lstm/detail/batch_order.hpp"
 #include "lstm/detail/carve.hpp"
 #include "lstm/variant.hpp"
@@ -292,11 +296,10 @@ public:
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
         const K kern(lay_, ws.kern);
-#pragma omp parallel
-        {
+        kernels::cpu::run_governed_team(kernels::cpu::time_loop_governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
             forward_team(args, ws, rs, training, kern);
-        }
+        });
     }
 
     void backward(const BackwardArgs<T>& args) const {
@@ -307,11 +310,10 @@ public:
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
         const K kern(lay_, ws.kern);
-#pragma omp parallel
-        {
+        kernels::cpu::run_governed_team(kernels::cpu::time_loop_governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
             backward_team(args, ws, rs, kern);
-        }
+        });
     }
 
 private:

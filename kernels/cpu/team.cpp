@@ -1,0 +1,126 @@
+#include "kernels/cpu/team.hpp"
+
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "lstm/error.hpp"
+
+namespace lstm::kernels::cpu {
+
+namespace {
+
+// A team is judged short of cores when its members together were runnable but off the CPU for
+// at least this share of the region's wall time. A quiet machine loses well under 1% (kernel
+// threads, interrupts); one busy process on 2 cores takes 30-60% from a 2-thread team.
+constexpr double kLostShare = 0.15;
+
+// Regions between probes of the full team after the first shrink, and the most it backs off to
+// (doubling per probe that finds the load still there). A training step is 2 regions, so the
+// longest wait before a freed core is used again is 128 steps.
+constexpr int kFirstProbe = 8;
+constexpr int kLastProbe = 256;
+
+int64_t clock_ns(clockid_t clock) {
+    timespec ts{};
+    clock_gettime(clock, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Involuntary context switches of the calling thread: the kernel took the CPU while the thread
+// could still run. Voluntary ones (sleeping in a barrier) are not counted, so a runtime that
+// sleeps while it waits (OMP_WAIT_POLICY=passive) is not mistaken for a shortage of cores.
+int64_t preemptions_now() {
+    rusage usage{};
+    getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_nivcsw;
+}
+
+TeamPolicy policy_from_environment() {
+    const char* env = std::getenv("LSTM_TEAM");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "adaptive") == 0)
+        return TeamPolicy::adaptive;
+    if (std::strcmp(env, "fixed") == 0) return TeamPolicy::fixed;
+    fail("LSTM_TEAM = '", env, "' is not one of adaptive, fixed");
+}
+
+}  // namespace
+
+void TeamUsage::add(int64_t lost_ns, int64_t preemptions) {
+    lost_ns_.fetch_add(lost_ns, std::memory_order_relaxed);
+    preemptions_.fetch_add(preemptions, std::memory_order_relaxed);
+}
+
+TeamMember::TeamMember(TeamUsage& usage)
+    : usage_(usage),
+      wall_ns_(clock_ns(CLOCK_MONOTONIC)),
+      cpu_ns_(clock_ns(CLOCK_THREAD_CPUTIME_ID)),
+      preemptions_(preemptions_now()) {}
+
+TeamMember::~TeamMember() {
+    const int64_t wall = clock_ns(CLOCK_MONOTONIC) - wall_ns_;
+    const int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_ns_;
+    usage_.add(std::max<int64_t>(0, wall - cpu), preemptions_now() - preemptions_);
+}
+
+void TeamGovernor::set_policy(TeamPolicy policy) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    policy_ = policy;
+    reduced_ = 0;
+}
+
+TeamPolicy TeamGovernor::policy() const {
+    TeamPolicy policy;
+    {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        policy = policy_;
+    }
+    return policy == TeamPolicy::automatic ? policy_from_environment() : policy;
+}
+
+int TeamGovernor::team_size(int max_threads) {
+    max_threads = std::max(1, max_threads);
+    if (policy() == TeamPolicy::fixed) return max_threads;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (reduced_ == 0 || reduced_ >= max_threads) return max_threads;
+    if (++calls_since_probe_ >= probe_interval_) {
+        calls_since_probe_ = 0;
+        return max_threads;
+    }
+    return reduced_;
+}
+
+void TeamGovernor::report(int max_threads, int threads, const TeamUsage& usage, int64_t wall_ns) {
+    if (threads <= 1 || wall_ns <= 0 || policy() == TeamPolicy::fixed) {
+        return;
+    }
+    const double lost_cores = static_cast<double>(usage.lost_ns()) / static_cast<double>(wall_ns);
+    const bool short_of_cores = lost_cores >= kLostShare && usage.preemptions() > 0;
+    // The cores the team missed, rounded, and at least one: a team that lost time gives up a
+    // thread even when the loss was spread thinly over many members, since every barrier waits
+    // for whichever member is off the CPU.
+    const int shrunk = std::max(1, threads - std::max(1, static_cast<int>(lost_cores + 0.5)));
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (threads < max_threads) {
+        if (short_of_cores) reduced_ = shrunk;
+        return;
+    }
+    if (!short_of_cores) {
+        reduced_ = 0;
+        return;
+    }
+    const bool failed_probe = reduced_ > 0 && reduced_ < max_threads;
+    probe_interval_ = failed_probe ? std::min(2 * probe_interval_, kLastProbe) : kFirstProbe;
+    calls_since_probe_ = 0;
+    reduced_ = shrunk;
+}
+
+TeamGovernor& time_loop_governor() {
+    static TeamGovernor governor;
+    return governor;
+}
+
+}  // namespace lstm::kernels::cpu
