@@ -7,9 +7,12 @@ install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
     FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh"
     # CUDA-including helpers of lstm_cuda's own sources; consumers never include them.
     PATTERN "internal" EXCLUDE)
-install(TARGETS lstm lstm_cpu EXPORT lstmTargets)
+install(TARGETS lstm lstm_cpu lstm_variants EXPORT lstmTargets)
 if(LSTM_WITH_CUDA)
     install(TARGETS lstm_cuda EXPORT lstmTargets)
+endif()
+if(LSTM_WITH_ONEDNN)
+    install(TARGETS lstm_onednn EXPORT lstmTargets)
 endif()
 install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 configure_package_config_file(cmake/lstmConfig.cmake.in

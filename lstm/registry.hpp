@@ -1,77 +1,28 @@
 #pragma once
 
 // The ordered list of variants built into this binary. Tests and benchmarks iterate it, so a new
-// variant is tested and benchmarked by adding one line here.
+// variant is tested and benchmarked by adding one line to lstm/registry.cpp.
+//
+// The variants themselves are compiled once, in the library (lstm_variants): this header only
+// declares the lookup, so a program that includes <lstm/lstm.hpp> compiles none of the kernels
+// (Eigen, oneDNN and the CUDA glue stay out of its translation units), and their speed does not
+// depend on the flags it is compiled with. Code that needs one variant's own controls (such as
+// lstm::cpu::set_fused_isa) includes its header from lstm/variants/.
 
-#include <string>
 #include <string_view>
 #include <vector>
 
-#include "lstm/error.hpp"
 #include "lstm/variant.hpp"
-#include "lstm/variants/basic.hpp"
-#include "lstm/variants/fused.hpp"
-#if LSTM_WITH_ONEDNN
-#include "lstm/variants/onednn.hpp"
-#endif
-#if LSTM_WITH_CUDA
-#include "lstm/variants/cuda_basic.hpp"
-#include "lstm/variants/cuda_fused.hpp"
-#endif
-#if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
-#include "lstm/variants/cudnn.hpp"
-#endif
 
 namespace lstm {
 
-inline const std::vector<const Variant*>& variants() {
-    static const cpu::BasicVariant basic_cpu;
-    static const cpu::FusedVariant fused_cpu;
-#if LSTM_WITH_ONEDNN
-    static const cpu::OnednnVariant onednn_cpu;
-#endif
-#if LSTM_WITH_CUDA
-    static const cuda::BasicVariant basic_cuda;
-    static const cuda::FusedVariant fused_cuda;
-#endif
-#if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
-    static const cuda::CudnnVariant cudnn_cuda;
-#endif
-    static const std::vector<const Variant*> all = {
-        &basic_cpu,
-        &fused_cpu,
-#if LSTM_WITH_ONEDNN
-        &onednn_cpu,
-#endif
-#if LSTM_WITH_CUDA
-        &basic_cuda,
-        &fused_cuda,
-#endif
-#if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
-        &cudnn_cuda,
-#endif
-    };
-    return all;
-}
+// Every variant built into this binary, in registry order (CPU first, then CUDA).
+const std::vector<const Variant*>& variants();
 
 // Variants of one device, in registry order.
-inline std::vector<const Variant*> variants_on(Device device) {
-    std::vector<const Variant*> out;
-    for (const Variant* v : variants())
-        if (v->device() == device) out.push_back(v);
-    return out;
-}
+std::vector<const Variant*> variants_on(Device device);
 
 // Looks a variant up by name and device; the error lists what this binary has.
-inline const Variant& find_variant(std::string_view name, Device device) {
-    std::string known;
-    for (const Variant* v : variants()) {
-        if (v->name() == name && v->device() == device) return *v;
-        known += std::string(known.empty() ? "" : ", ") + v->name() + " (" +
-                 to_string(v->device()) + ")";
-    }
-    fail("variant '", name, "' on ", to_string(device),
-         " is not built into this binary; known: ", known);
-}
+const Variant& find_variant(std::string_view name, Device device);
 
 }  // namespace lstm

@@ -24,6 +24,7 @@
 #include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
+#include "kernels/cpu/team.hpp"
 #include "lstm/detail/aligned_buffer.hpp"
 #include "tolerance.hpp"
 #include "variant_runner.hpp"
@@ -240,6 +241,37 @@ TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread co
             check_identical(run_variant<float>(fused_variant(), c), one);
         }
     }
+}
+
+TEST_CASE("fused: a team shrunk under load changes no bits, and the eigen path is never shrunk",
+          "[fused][team]") {
+    // The governor is told that a full 2-thread team lost a whole core, as under one busy process
+    // on 2 cores: the next regions of a governed path run 1 thread. Every path must still give
+    // the bits of a fixed 2-thread team: the SIMD paths because their sums do not depend on the
+    // team size, the eigen path (float and double) because it is not governed at all.
+    const Shape s = tile_shapes()[1];
+    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 95);
+    auto& governor = kernels::cpu::time_loop_governor();
+    const auto shrink = [&governor] {
+        kernels::cpu::TeamUsage lost_a_core;
+        lost_a_core.add(100'000'000, 10);
+        governor.report(2, 2, lost_a_core, 100'000'000);
+        REQUIRE(governor.team_size(2) == 1);
+    };
+    const ThreadScope threads(2);
+    for (FusedIsa isa : available_isas()) {
+        const IsaScope scope(isa);
+        INFO("isa " << cpu::fused_isa_name(isa));
+        governor.set_policy(kernels::cpu::TeamPolicy::fixed);
+        const VariantResult fixed32 = run_variant<float>(fused_variant(), c);
+        const VariantResult fixed64 = run_variant<double>(fused_variant(), c);
+        governor.set_policy(kernels::cpu::TeamPolicy::adaptive);
+        shrink();
+        check_identical(run_variant<float>(fused_variant(), c), fixed32);
+        shrink();
+        check_identical(run_variant<double>(fused_variant(), c), fixed64);
+    }
+    governor.set_policy(kernels::cpu::TeamPolicy::automatic);
 }
 
 TEST_CASE("fused: workspace and reserve of any alignment give the same bits", "[fused]") {

@@ -15,6 +15,7 @@
 #include "bench/peak.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "lstm/registry.hpp"
+#include "lstm/variants/fused.hpp"
 
 using namespace lstm;
 

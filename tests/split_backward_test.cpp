@@ -10,6 +10,7 @@
 
 #include "lstm/reference/split_check.hpp"
 #include "lstm/registry.hpp"
+#include "lstm/variants/fused.hpp"
 #include "tolerance.hpp"
 #include "variant_runner.hpp"
 

@@ -12,8 +12,8 @@
 // Peers leave this to the OpenMP runtime: libgomp's OMP_DYNAMIC sizes teams from the 15-minute
 // load average, which reacts far too slowly and counts the team's own threads as load.
 //
-// Numerics: the avx512 and avx2 fused paths give the same bits for any team size, so adapting
-// changes only the time; the portable eigen path may differ in the last bits between sizes.
+// Numerics: only code whose bits do not depend on the team size may be governed (fused's avx512
+// and avx2 paths); otherwise a run's results would depend on the machine's load.
 
 #include <omp.h>
 
@@ -81,12 +81,18 @@ private:
 TeamGovernor& time_loop_governor();
 
 // Runs body() on every thread of a team the governor sizes (at most omp_get_max_threads()) and
-// reports what the team got. Each member measures itself around body; work inside must be split
-// by omp_get_num_threads(), never by the maximum.
+// reports what the team got; without a governor (nullptr), on a team of omp_get_max_threads().
+// Each member measures itself around body; work inside must be split by omp_get_num_threads(),
+// never by the maximum.
 template <typename Body>
-void run_governed_team(TeamGovernor& governor, Body&& body) {
+void run_governed_team(TeamGovernor* governor, Body&& body) {
     const int max_threads = omp_get_max_threads();
-    const int threads = governor.team_size(max_threads);
+    if (governor == nullptr) {
+#pragma omp parallel
+        body();
+        return;
+    }
+    const int threads = governor->team_size(max_threads);
     TeamUsage usage;
     const auto start = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
@@ -95,8 +101,8 @@ void run_governed_team(TeamGovernor& governor, Body&& body) {
         body();
     }
     const auto wall = std::chrono::steady_clock::now() - start;
-    governor.report(max_threads, threads, usage,
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count());
+    governor->report(max_threads, threads, usage,
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count());
 }
 
 }  // namespace lstm::kernels::cpu

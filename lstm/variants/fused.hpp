@@ -8,13 +8,14 @@
 // compact (kernels/cpu/fused_cell.hpp), so every GEMM covers exactly the valid frames.
 //
 // Threads: ONE OpenMP team for the whole call, of omp_get_max_threads() threads unless the
-// machine lacks the cores for them (kernels/cpu/team.hpp shrinks the team while another process
-// takes cores, since every barrier a descheduled thread misses costs a scheduler slice). Each
-// thread owns a contiguous range of 16-unit blocks with all four gates of its units (gate
-// columns are interleaved per block), so the element-wise work of a step needs only the
-// thread's own GEMM output, and a step ends with one barrier (the next step reads every thread's
-// h_t, or dgates in backward). GEMMs inside the team are single-threaded. Work split by rows
-// (dx) and by steps (gather, scatter) uses the same team.
+// machine lacks the cores for them: on the SIMD paths, whose bits do not depend on the team size,
+// kernels/cpu/team.hpp shrinks the team while another process takes cores, since every barrier a
+// descheduled thread misses costs a scheduler slice. Each thread owns a contiguous range of
+// 16-unit blocks with all four gates of its units (gate columns are interleaved per block), so
+// the element-wise work of a step needs only the thread's own GEMM output, and a step ends with
+// one barrier (the next step reads every thread's h_t, or dgates in backward). GEMMs inside the
+// team are single-threaded. Work split by rows (dx) and by steps (gather, scatter) uses the same
+// team.
 //
 // Instruction sets (float only; double always takes the portable path):
 //  - avx512: kernels/cpu/avx512_gemm.hpp, own register-blocked GEMMs with the gate math in the
@@ -54,6 +55,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/cpu_features.hpp"
@@ -296,7 +298,7 @@ public:
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
         const K kern(lay_, ws.kern);
-        kernels::cpu::run_governed_team(kernels::cpu::time_loop_governor(), [&] {
+        kernels::cpu::run_governed_team(governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
             forward_team(args, ws, rs, training, kern);
         });
@@ -310,13 +312,21 @@ public:
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
         const K kern(lay_, ws.kern);
-        kernels::cpu::run_governed_team(kernels::cpu::time_loop_governor(), [&] {
+        kernels::cpu::run_governed_team(governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
             backward_team(args, ws, rs, kern);
         });
     }
 
 private:
+    // The SIMD kernel sets give the same bits for any team size, so their team may shrink under
+    // load; the eigen path keeps the team it is given, or its bits would follow the machine's load.
+    static kernels::cpu::TeamGovernor* governor() {
+        constexpr bool same_bits_any_team =
+            !std::is_same_v<K, kernels::cpu::PortableFusedKernels<T>>;
+        return same_bits_any_team ? &kernels::cpu::time_loop_governor() : nullptr;
+    }
+
     int64_t rows_total(const Workspace<T>& ws) const { return ws.offsets[seq_len_]; }
 
     // Everything a forward does, run by every thread of the team.

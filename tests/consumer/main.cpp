@@ -1,8 +1,10 @@
-// Built against the installed package: runs a layer and checks it against the installed oracle.
+// Built against the installed package: runs a layer and checks it against the installed oracle,
+// and that the registry holds onednn only where the program links lstm::onednn (EXPECT_ONEDNN).
 #include <cstdio>
 #include <lstm/lstm.hpp>
 #include <lstm/reference/lstm_reference.hpp>
 #include <lstm/reference/tolerance.hpp>
+#include <string>
 #include <vector>
 
 int main() {
@@ -36,5 +38,14 @@ int main() {
         return 1;
     }
     std::printf("consumer: %zu outputs match the reference\n", got.size());
+    // The onednn variant is in the registry exactly when the program links lstm::onednn.
+    bool has_onednn = false;
+    for (const lstm::Variant* v : lstm::variants())
+        has_onednn = has_onednn || std::string(v->name()) == "onednn";
+    if (has_onednn != (EXPECT_ONEDNN != 0)) {
+        std::printf("registry has onednn: %d, expected %d\n", has_onednn, EXPECT_ONEDNN);
+        return 1;
+    }
+    std::printf("consumer: onednn registered: %d, as expected\n", has_onednn);
     return 0;
 }

@@ -1,0 +1,46 @@
+# lstm_variants: the registry and every variant's host code (lstm/registry.cpp), and the report
+# of the paths they take (lstm/host_info.cpp), compiled once in the library instead of in each
+# program that includes <lstm/lstm.hpp>. Programs then compile only the interface
+# (lstm/variant.hpp), and the kernels run at the speed this build gives them, whatever flags the
+# program uses. The fused variant's hot loops dispatch at run time (lstm_cpu, and the AVX-512
+# kernel behind a target pragma); the Eigen code of basic and of fused's portable path is compiled
+# for the instruction set this target is built with: -march=native under LSTM_NATIVE_ARCH (the
+# default, for a library used on the machine that builds it); turn that off for a package meant
+# for other machines.
+add_library(lstm_variants STATIC ${PROJECT_SOURCE_DIR}/lstm/registry.cpp
+    ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp)
+add_library(lstm::lstm_variants ALIAS lstm_variants)
+set_target_properties(lstm_variants PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(lstm_variants PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:include>)
+target_compile_features(lstm_variants PUBLIC cxx_std_17)
+target_compile_definitions(lstm_variants PUBLIC
+    LSTM_WITH_CUDA=${LSTM_WITH_CUDA}
+    LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
+    LSTM_WITH_ONEDNN=${LSTM_WITH_ONEDNN})
+target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX Eigen3::Eigen)
+if(LSTM_WITH_CUDA)
+    target_link_libraries(lstm_variants PUBLIC lstm_cuda)
+endif()
+target_compile_options(lstm_variants PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+if(LSTM_NATIVE_ARCH)
+    target_compile_options(lstm_variants PRIVATE -march=native)
+endif()
+
+# lstm_onednn: the optional `onednn` variant (lstm/registry_onednn.cpp), the only part that links
+# oneDNN. A program that links lstm::onednn gets the variant in its registry; one that does not
+# links no oneDNN at all. The registry refers to the variant through weak symbols
+# (lstm/detail/onednn_hooks.hpp), which do not make the linker take an archive member by
+# themselves, so the target's link option asks for it by name.
+if(LSTM_WITH_ONEDNN)
+    add_library(lstm_onednn STATIC ${PROJECT_SOURCE_DIR}/lstm/registry_onednn.cpp)
+    add_library(lstm::onednn ALIAS lstm_onednn)
+    set_target_properties(lstm_onednn PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME onednn)
+    target_link_libraries(lstm_onednn PUBLIC lstm_variants DNNL::dnnl)
+    target_link_options(lstm_onednn INTERFACE "LINKER:--undefined=lstm_onednn_variant")
+    target_compile_options(lstm_onednn PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+    if(LSTM_NATIVE_ARCH)
+        target_compile_options(lstm_onednn PRIVATE -march=native)
+    endif()
+endif()

@@ -1,0 +1,112 @@
+// lstm/host_info.hpp's answers, compiled in lstm_variants next to the variants they describe.
+
+#include "lstm/host_info.hpp"
+
+#include <fstream>
+#include <utility>
+
+// Eigen through the library's own include, which silences GCC 12's false warnings in it.
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/simd.hpp"
+#include "lstm/detail/onednn_hooks.hpp"
+#include "lstm/error.hpp"
+#include "lstm/registry.hpp"
+#include "lstm/variants/basic.hpp"
+#include "lstm/variants/fused.hpp"
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/runtime.hpp"
+#endif
+
+namespace lstm {
+
+std::string cpu_model_name() {
+    std::ifstream in("/proc/cpuinfo");
+    const std::string field = "model name";
+    for (std::string line; std::getline(in, line);) {
+        if (line.compare(0, field.size(), field) != 0) continue;
+        const size_t colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        const size_t start = line.find_first_not_of(" \t", colon + 1);
+        if (start == std::string::npos) continue;
+        return line.substr(start);
+    }
+    return "unknown";
+}
+
+std::string cpu_instruction_sets() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    const auto yes_no = [](bool has) { return has ? std::string(" yes") : std::string(" no"); };
+    return "AVX2" + yes_no(__builtin_cpu_supports("avx2")) + ", FMA" +
+           yes_no(__builtin_cpu_supports("fma")) + ", AVX-512F" +
+           yes_no(__builtin_cpu_supports("avx512f"));
+#else
+    return "not x86-64 (AVX2, FMA, AVX-512F do not apply)";
+#endif
+}
+
+std::string simd_dispatch() {
+    return std::string(kernels::cpu::simd_target_name()) + " (" +
+           std::to_string(kernels::cpu::simd_float_lanes()) + " float lanes)";
+}
+
+std::string eigen_instruction_sets() { return Eigen::SimdInstructionSetsInUse(); }
+
+std::string variant_path(const Variant& variant) {
+    if (variant.device() == Device::cuda) {
+#if LSTM_WITH_CUDA
+        if (cuda::device_count() == 0) return "no CUDA device visible";
+        try {
+            return "CUDA device visible: " + cuda::device_description(0);
+        } catch (const std::exception& e) {
+            return std::string("CUDA device visible, but it cannot be described: ") + e.what();
+        }
+#else
+        return "no CUDA device visible (this build has no CUDA back-end)";
+#endif
+    }
+    if (dynamic_cast<const cpu::BasicVariant*>(&variant) != nullptr)
+        return "Eigen GEMMs compiled for " + eigen_instruction_sets();
+    if (dynamic_cast<const cpu::FusedVariant*>(&variant) != nullptr) {
+        // fused_isa() throws on a malformed LSTM_FUSED_ISA; the report says so instead of
+        // stopping. Paths are told apart by name, so a path added to FusedIsa still reports.
+        try {
+            const std::string isa = cpu::fused_isa_name(cpu::fused_isa());
+            if (isa == "avx512") return "avx512 kernels (own AVX-512 GEMMs, avx512_gemm.hpp)";
+            // The Highway kernel set, held to its AVX2 target whatever simd_target says.
+            if (isa == "avx2") return "avx2 kernels (Highway, AVX2 target)";
+            if (isa == "eigen")
+                return "eigen kernels (Eigen compiled for " + eigen_instruction_sets() + ")";
+            return isa + " kernels";
+        } catch (const Error& e) {
+            return std::string("cannot run: ") + e.what();
+        }
+    }
+    if (lstm_onednn_variant && &variant == lstm_onednn_variant())
+        return std::string("oneDNN JIT up to ") + lstm_onednn_cpu_isa();
+    return "";
+}
+
+std::string ctc_kernel_path() { return std::string("Highway ") + kernels::cpu::simd_target_name(); }
+
+std::vector<HostFact> host_facts() {
+    return {
+        {"cpu_model", cpu_model_name()},
+        {"cpu_isa", cpu_instruction_sets()},
+        {"simd_target", simd_dispatch()},
+        {"eigen_isa", eigen_instruction_sets()},
+    };
+}
+
+std::vector<CodePath> code_paths() {
+    std::vector<CodePath> out;
+    for (const Variant* v : variants()) {
+        std::string path = variant_path(*v);
+        if (path.empty()) path = "unknown (lstm/host_info.hpp has no entry for it)";
+        out.push_back({v->name(), to_string(v->device()), std::move(path), true});
+    }
+    out.push_back({"ctc", "cpu", ctc_kernel_path(), false});
+    return out;
+}
+
+}  // namespace lstm
