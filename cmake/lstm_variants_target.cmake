@@ -7,14 +7,8 @@
 # for the instruction set this target is built with: -march=native under LSTM_NATIVE_ARCH (the
 # default, for a library used on the machine that builds it); turn that off for a package meant
 # for other machines.
-add_library(lstm_variants STATIC ${PROJECT_SOURCE_DIR}/lstm/registry.cpp
+lstm_static_part(lstm_variants lstm_variants ${PROJECT_SOURCE_DIR}/lstm/registry.cpp
     ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp)
-add_library(lstm::lstm_variants ALIAS lstm_variants)
-set_target_properties(lstm_variants PROPERTIES POSITION_INDEPENDENT_CODE ON)
-target_include_directories(lstm_variants PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-    $<INSTALL_INTERFACE:include>)
-target_compile_features(lstm_variants PUBLIC cxx_std_17)
 target_compile_definitions(lstm_variants PUBLIC
     LSTM_WITH_CUDA=${LSTM_WITH_CUDA}
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
@@ -23,7 +17,6 @@ target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX Eigen3::E
 if(LSTM_WITH_CUDA)
     target_link_libraries(lstm_variants PUBLIC lstm_cuda)
 endif()
-target_compile_options(lstm_variants PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
 if(LSTM_NATIVE_ARCH)
     target_compile_options(lstm_variants PRIVATE -march=native)
 endif()
@@ -34,12 +27,10 @@ endif()
 # (lstm/detail/onednn_hooks.hpp), which do not make the linker take an archive member by
 # themselves, so the target's link option asks for it by name.
 if(LSTM_WITH_ONEDNN)
-    add_library(lstm_onednn STATIC ${PROJECT_SOURCE_DIR}/lstm/registry_onednn.cpp)
-    add_library(lstm::onednn ALIAS lstm_onednn)
-    set_target_properties(lstm_onednn PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME onednn)
+    lstm_static_part(lstm_onednn onednn ${PROJECT_SOURCE_DIR}/lstm/registry_onednn.cpp)
+    set_target_properties(lstm_onednn PROPERTIES EXPORT_NAME onednn)
     target_link_libraries(lstm_onednn PUBLIC lstm_variants DNNL::dnnl)
     target_link_options(lstm_onednn INTERFACE "LINKER:--undefined=lstm_onednn_variant")
-    target_compile_options(lstm_onednn PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
     if(LSTM_NATIVE_ARCH)
         target_compile_options(lstm_onednn PRIVATE -march=native)
     endif()

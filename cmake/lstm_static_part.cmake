@@ -1,0 +1,13 @@
+# lstm_static_part(<name> <alias> <sources>...): one compiled part of the library: a static,
+# position-independent C++17 library `<name>` (alias lstm::<alias>) that finds the headers from
+# the source tree or the installed include folder, with the project's warnings.
+function(lstm_static_part name alias)
+    add_library(${name} STATIC ${ARGN})
+    add_library(lstm::${alias} ALIAS ${name})
+    set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    target_include_directories(${name} PUBLIC
+        $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+        $<INSTALL_INTERFACE:include>)
+    target_compile_features(${name} PUBLIC cxx_std_17)
+    target_compile_options(${name} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+endfunction()
