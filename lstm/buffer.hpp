@@ -26,9 +26,10 @@ public:
     // Device memory needs a build with CUDA (LSTM_WITH_CUDA); the error says so otherwise.
     explicit Buffer(Device device = Device::cpu, size_t bytes = 0) : device_(device) {
 #if !LSTM_WITH_CUDA
-        check(device == Device::cpu,
-              "Buffer on device cuda: this build has no CUDA back-end "
-              "(LSTM_WITH_CUDA=0)");
+        if (device != Device::cpu)
+            fail_as<Unsupported>(
+                "Buffer on device cuda: this build has no CUDA back-end "
+                "(LSTM_WITH_CUDA=0)");
 #endif
         reserve(bytes);
     }

@@ -27,8 +27,8 @@ public:
 #if LSTM_WITH_CUDA
         if (device == Device::cuda) context_ = std::make_unique<cuda::Context>();
 #else
-        check(device == Device::cpu,
-              "device cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
+        if (device != Device::cpu)
+            fail_as<Unsupported>("device cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
 #endif
     }
 

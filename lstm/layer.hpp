@@ -206,7 +206,8 @@ private:
                 context_ = owned_context_.get();
             }
 #else
-            fail("Lstm on device cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
+            fail_as<Unsupported>(
+                "Lstm on device cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
 #endif
         }
         params_.reserve(bytes_of(count()));

@@ -117,16 +117,17 @@ public:
     template <typename T>
     void backward(const Config& config, const BackwardArgs<T>& args) const;
 
-    // Throws the message of supports() / supports_variable_lengths() when they object.
+    // Throws the message of supports() / supports_variable_lengths() as lstm::Unsupported when
+    // they object (after Config::validate's lstm::InvalidArgument for a malformed config).
     void require(const Config& config, DType dtype, bool variable_lengths) const {
         config.validate();
         if (auto why = supports(config, dtype))
-            fail("variant '", name(), "' (", to_string(device()), ") cannot run this config in ",
-                 to_string(dtype), ": ", *why);
+            fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
+                                 ") cannot run this config in ", to_string(dtype), ": ", *why);
         if (variable_lengths) {
             if (auto why = supports_variable_lengths())
-                fail("variant '", name(), "' (", to_string(device()),
-                     ") cannot take per-sequence lengths: ", *why);
+                fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
+                                     ") cannot take per-sequence lengths: ", *why);
         }
     }
 

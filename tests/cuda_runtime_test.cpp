@@ -42,3 +42,24 @@ TEST_CASE("Buffer on device cuda without a CUDA build says so", "[buffer]") {
     REQUIRE_THROWS_WITH(Buffer(Device::cuda, 16), Catch::Contains("LSTM_WITH_CUDA=0"));
 }
 #endif
+
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/internal/check.hpp"
+
+TEST_CASE("CUDA, cuBLAS and cuDNN statuses become the right error kind", "[cuda][errors]") {
+    // The status strings come from the libraries themselves, which answer without a device.
+    CHECK_THROWS_AS(LSTM_CUDA_CHECK(cudaErrorMemoryAllocation), OutOfMemory);
+    CHECK_THROWS_WITH(LSTM_CUDA_CHECK(cudaErrorMemoryAllocation),
+                      Catch::Contains("cudaErrorMemoryAllocation") &&
+                          Catch::Contains("tests/cuda_runtime_test.cpp"));
+    CHECK_THROWS_AS(LSTM_CUDA_CHECK(cudaErrorInvalidValue), BackendError);
+    CHECK_THROWS_AS(LSTM_CUBLAS_CHECK(CUBLAS_STATUS_ALLOC_FAILED), OutOfMemory);
+    CHECK_THROWS_AS(LSTM_CUBLAS_CHECK(CUBLAS_STATUS_EXECUTION_FAILED), BackendError);
+#if LSTM_WITH_CUDNN
+    CHECK_THROWS_AS(LSTM_CUDNN_CHECK(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED),
+                    OutOfMemory);
+    CHECK_THROWS_AS(LSTM_CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM), BackendError);
+#endif
+    CHECK_NOTHROW(LSTM_CUDA_CHECK(cudaSuccess));
+}
+#endif

@@ -1,6 +1,7 @@
 // Bad input raises lstm::Error whose message names the argument, what was expected and what came.
 
 #include <catch2/catch.hpp>
+#include <string>
 
 #include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/layer.hpp"
@@ -144,4 +145,48 @@ TEST_CASE("the registry and the layer report unknown names and misuse", "[errors
     Config projected{3, 5, 1, false};
     projected.proj_size = 2;
     CHECK_THROWS_WITH(Lstm(projected, "basic"), Contains("config.proj_size must be 0"));
+}
+
+TEST_CASE("each error says its kind, and each kind is caught by its own class", "[errors]") {
+    // Invalid argument: a malformed call.
+    Problem p;
+    const Variant& basic = find_variant("basic", Device::cpu);
+    auto a = p.args(basic);
+    a.lengths = {};
+    a.x = TensorView<const float>(p.x.data(), {p.seq_len, p.batch - 1, 3});
+    CHECK_THROWS_AS(basic.forward(p.config, a), InvalidArgument);
+    try {
+        basic.forward(p.config, a);
+    } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::invalid_argument);
+        CHECK(std::string(to_string(e.kind())) == "invalid argument");
+    }
+    // Unsupported: a valid call the variant refuses (per-sequence lengths, where a variant cannot
+    // take them), or a device this build lacks.
+    bool saw_unsupported = false;
+    for (const Variant* v : variants_on(Device::cpu)) {
+        if (!v->supports_variable_lengths()) continue;
+        INFO("variant " << v->name());
+        Problem q;
+        q.lengths = {4, 2, 3};
+        auto b = q.args(*v);
+        CHECK_THROWS_AS(v->forward(q.config, b), Unsupported);
+        saw_unsupported = true;
+    }
+#if !LSTM_WITH_CUDA
+    CHECK_THROWS_AS(Lstm(Config{3, 5, 1, false}, "basic", Device::cuda), Unsupported);
+    saw_unsupported = true;
+#endif
+    if (!saw_unsupported) WARN("no refusal to provoke in this build (CUDA without oneDNN)");
+    // Out of memory: a host buffer no machine can give, with its size in the message.
+    detail::AlignedBuffer huge;
+    const size_t bytes = size_t{1} << 62;
+    CHECK_THROWS_AS(huge.reserve(bytes), OutOfMemory);
+    CHECK_THROWS_WITH(huge.reserve(bytes),
+                      Contains("host allocation of 4611686018427387904 bytes"));
+    try {
+        huge.reserve(bytes);
+    } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::out_of_memory);
+    }
 }

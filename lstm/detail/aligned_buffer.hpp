@@ -3,13 +3,14 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
-#include <new>
 #include <utility>
+
+#include "lstm/error.hpp"
 
 namespace lstm::detail {
 
 // A host byte buffer aligned for SIMD loads that only grows, so repeated calls of the same or a
-// smaller size allocate nothing.
+// smaller size allocate nothing. A failed allocation throws lstm::OutOfMemory with the size.
 class AlignedBuffer {
 public:
     static constexpr size_t kAlignment = 64;
@@ -28,7 +29,9 @@ public:
         if (bytes > capacity_) {
             const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
             void* p = std::aligned_alloc(kAlignment, rounded);
-            if (!p) throw std::bad_alloc();
+            if (!p)
+                fail_as<OutOfMemory>("host allocation of ", rounded, " bytes (", rounded >> 20,
+                                     " MiB) failed");
             data_.reset(p);
             capacity_ = rounded;
         }

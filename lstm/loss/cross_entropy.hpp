@@ -46,7 +46,8 @@ void check_ce_devices(const TensorView<const T>& logits, const TensorView<T>& gr
           ": logits is on cuda, so the context argument (a lstm::cuda::Context) must be given");
 #else
     (void)context;
-    fail(function, ": logits is on cuda, but this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
+    fail_as<Unsupported>(
+        function, ": logits is on cuda, but this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
 #endif
 }
 

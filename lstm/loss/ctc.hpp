@@ -146,8 +146,8 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
         check(args.context != nullptr, "ctc_loss: ", input_name,
               " is on cuda, so args.context (a lstm::cuda::Context) must be given");
 #else
-        fail("ctc_loss: ", input_name,
-             " is on cuda, but this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
+        fail_as<Unsupported>("ctc_loss: ", input_name,
+                             " is on cuda, but this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
 #endif
     }
     CtcDims d;

@@ -164,10 +164,11 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
                 costs, cudnn.grads.desc, p.grad, cudnn.workspace_bytes, cudnn.workspace.data()));
             LSTM_CUDA_CHECK(kc::launch_ctc_cudnn_finish(a, costs, impl.stream));
         } else {
-            fail("ctc_loss: backend cudnn needs float input");
+            fail_as<Unsupported>("ctc_loss: backend cudnn needs float input");
         }
 #else
-        fail("ctc_loss: backend cudnn: this build has no cuDNN (LSTM_WITH_CUDNN=0)");
+        fail_as<Unsupported>(
+            "ctc_loss: backend cudnn: this build has no cuDNN (LSTM_WITH_CUDNN=0)");
 #endif
     }
 

@@ -125,12 +125,10 @@ inline void set_fused_isa(FusedIsa isa) {
 inline FusedIsa fused_isa() {
     FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
     if (isa == FusedIsa::automatic) isa = fused_detail::parse_isa_env();
-    if (isa == FusedIsa::avx512)
-        check(fused_isa_available(isa),
-              "LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F");
-    if (isa == FusedIsa::avx2)
-        check(fused_isa_available(isa),
-              "LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA");
+    if (isa == FusedIsa::avx512 && !fused_isa_available(isa))
+        fail_as<Unsupported>("LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F");
+    if (isa == FusedIsa::avx2 && !fused_isa_available(isa))
+        fail_as<Unsupported>("LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA");
     if (isa == FusedIsa::automatic) {
         if (fused_isa_available(FusedIsa::avx512))
             isa = FusedIsa::avx512;

@@ -483,14 +483,17 @@ inline void add_bias_grads(const Config& config, const Group& group, const float
         }
 }
 
-// Rethrows oneDNN's exceptions as lstm::Error naming what failed.
+// Rethrows oneDNN's exceptions as lstm::OutOfMemory (dnnl_out_of_memory) or lstm::BackendError,
+// naming what failed.
 template <typename Fn>
 auto onednn_call(const char* what, Fn&& fn) -> decltype(fn()) {
     try {
         return fn();
     } catch (const dnnl::error& e) {
-        fail("oneDNN failed ", what, ": ", e.what(), " (dnnl_status_t ", static_cast<int>(e.status),
-             ")");
+        const auto message = detail::concat("oneDNN failed ", what, ": ", e.what(),
+                                            " (dnnl_status_t ", static_cast<int>(e.status), ")");
+        if (e.status == dnnl_out_of_memory) throw OutOfMemory(message);
+        throw BackendError(message);
     }
 }
 

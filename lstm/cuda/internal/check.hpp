@@ -1,7 +1,8 @@
 #pragma once
 
-// Turns CUDA, cuBLAS and cuDNN status codes into lstm::Error naming the failing call, where it
-// was made and the library's own message. For lstm_cuda's sources only (includes CUDA headers).
+// Turns CUDA, cuBLAS and cuDNN status codes into lstm::Error (OutOfMemory or BackendError)
+// naming the failing call, where it was made and the library's own message. For lstm_cuda's sources
+// only (includes CUDA headers).
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -25,22 +26,43 @@ inline const char* source_path(const char* file) {
     return file;
 }
 
+// An allocation failure is lstm::OutOfMemory (the caller may retry smaller), anything else
+// lstm::BackendError.
+template <typename... Parts>
+[[noreturn]] void fail_status(bool out_of_memory, const Parts&... parts) {
+    if (out_of_memory) fail_as<OutOfMemory>(parts...);
+    fail_as<BackendError>(parts...);
+}
+
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
     if (status != cudaSuccess)
-        fail(call, " failed at ", source_path(file), ":", line, ": ", cudaGetErrorName(status),
-             " (", cudaGetErrorString(status), ")");
+        fail_status(status == cudaErrorMemoryAllocation, call, " failed at ", source_path(file),
+                    ":", line, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status),
+                    ")");
 }
 
 inline void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS)
-        fail(call, " failed at ", source_path(file), ":", line, ": ", cublasGetStatusName(status),
-             " (", cublasGetStatusString(status), ")");
+        fail_status(status == CUBLAS_STATUS_ALLOC_FAILED, call, " failed at ", source_path(file),
+                    ":", line, ": ", cublasGetStatusName(status), " (",
+                    cublasGetStatusString(status), ")");
 }
 
 #if LSTM_WITH_CUDNN
+// cuDNN 9 split CUDNN_STATUS_ALLOC_FAILED (deprecated there) into host and device failures.
+inline bool cudnn_out_of_memory(cudnnStatus_t status) {
+#if CUDNN_MAJOR >= 9
+    return status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+           status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+#else
+    return status == CUDNN_STATUS_ALLOC_FAILED;
+#endif
+}
+
 inline void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
     if (status != CUDNN_STATUS_SUCCESS)
-        fail(call, " failed at ", source_path(file), ":", line, ": ", cudnnGetErrorString(status));
+        fail_status(cudnn_out_of_memory(status), call, " failed at ", source_path(file), ":", line,
+                    ": ", cudnnGetErrorString(status));
 }
 #endif
 
