@@ -8,4 +8,5 @@
 #include "lstm/params.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/tensor.hpp"
+#include "lstm/threads.hpp"
 #include "lstm/variant.hpp"

@@ -47,11 +47,13 @@ void require_identical(const char* what, const std::vector<T>& got, const std::v
     LSTM_REQUIRE_CLOSE(lstm::test::compare(what, got, want, 0.0, 0.0));
 }
 
+// decoupled: AdamW's weight decay instead of Adam's L2 term.
 template <typename T>
-void adam_body_matches_optimizer() {
+void adam_body_matches_optimizer(bool decoupled) {
     nn::AdamOptions o;
     o.lr = 3e-3;
     o.weight_decay = 0.01;
+    o.decoupled_weight_decay = decoupled;
     const int64_t n = 517;
     std::vector<T> p = lstm::test::random_vector<T>(n, 1), g(n);
     std::vector<T> p_body = p, m(n, T(0)), v(n, T(0));
@@ -61,8 +63,8 @@ void adam_body_matches_optimizer() {
         const std::vector<T> fresh = lstm::test::random_vector<T>(n, 100 + uint64_t(step));
         std::copy(fresh.begin(), fresh.end(), g.begin());  // in place: the optimizer holds g
         adam.step();
-        const auto c =
-            kernels::adam_coefficients<T>(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step);
+        const auto c = kernels::adam_coefficients<T>(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                                                     o.decoupled_weight_decay, step);
         for_each_grid_index(n, kBlocks, kThreads, [&](int64_t i) {
             kernels::adam_element(i, p_body.data(), g.data(), m.data(), v.data(), c);
         });
@@ -153,8 +155,11 @@ void sequence_bodies_match(bool with_lengths) {
 }  // namespace
 
 TEST_CASE("cuda_nn: the Adam element body over a kernel grid equals nn::Adam", "[cuda_nn_host]") {
-    adam_body_matches_optimizer<float>();
-    adam_body_matches_optimizer<double>();
+    for (bool decoupled : {false, true}) {
+        INFO("decoupled weight decay: " << decoupled);
+        adam_body_matches_optimizer<float>(decoupled);
+        adam_body_matches_optimizer<double>(decoupled);
+    }
 }
 
 TEST_CASE("cuda_nn: the SGD element body over a kernel grid equals nn::Sgd", "[cuda_nn_host]") {

@@ -45,7 +45,9 @@ struct ScalarAdam {
     int t = 0;
     void step(double g) {
         ++t;
-        const double d = g + o.weight_decay * p;
+        // AdamW (Loshchilov & Hutter): the decay acts on the parameter, not through the moments.
+        if (o.decoupled_weight_decay) p -= o.lr * o.weight_decay * p;
+        const double d = o.decoupled_weight_decay ? g : g + o.weight_decay * p;
         m = o.beta1 * m + (1 - o.beta1) * d;
         v = o.beta2 * v + (1 - o.beta2) * d * d;
         const double m_hat = m / (1 - std::pow(o.beta1, t));
@@ -124,6 +126,38 @@ TEMPLATE_TEST_CASE("Adam follows PyTorch's bias-corrected update over several st
     SECTION("large lr, other betas, weight decay") {
         run_against_oracle<T, Adam<T>, ScalarAdam>(AdamOptions{0.1, 0.8, 0.99, 1e-6, 0.05}, 8,
                                                    optim_tol<T>());
+    }
+    SECTION("decoupled weight decay (AdamW)") {
+        AdamOptions o = lstm::nn::adamw_options(0.05, 0.2);
+        o.beta2 = 0.99;
+        run_against_oracle<T, Adam<T>, ScalarAdam>(o, 8, optim_tol<T>());
+    }
+}
+
+TEST_CASE("AdamW gives torch.optim.AdamW's parameters", "[nn]") {
+    // Printed by PyTorch 1.13.1 (float64): p = tensor([0.5, -1.25, 2.0, 0.0, -0.75]),
+    // AdamW([p], lr=0.1, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.3), three steps with the
+    // gradients below, p after each.
+    const std::vector<std::vector<double>> grads = {
+        {0.3, -0.2, 1.5, 0.01, -2.0}, {-0.1, 0.4, 0.5, -0.3, 1.0}, {0.2, 0.2, -0.7, 0.05, 0.6}};
+    const std::vector<std::vector<double>> torch_params = {
+        {0.38500033333222222, -1.1125004999974999, 1.8400000666666221, -0.099990000999900019,
+         -0.627500049999975},
+        {0.33335598182011222, -1.1156861408900185, 1.6975355967758823, -0.025011617351393192,
+         -0.58200512248521608},
+        {0.2629495989397736, -1.1341398874337831, 1.6108354646234007, 0.020239219280221515,
+         -0.56122085889131479}};
+    AdamOptions o = lstm::nn::adamw_options(0.1, 0.3);
+    o.beta2 = 0.99;
+    o.eps = 1e-6;
+    Adam<double> adam(o);
+    std::vector<double> params = {0.5, -1.25, 2.0, 0.0, -0.75}, g(5);
+    adam.add(Span<double>(params), Span<const double>(g));
+    for (size_t s = 0; s < grads.size(); ++s) {
+        g = grads[s];
+        adam.step();
+        INFO("step " << s + 1);
+        LSTM_REQUIRE_CLOSE(lstm::test::compare("params", params, torch_params[s], 1e-14, 1e-14));
     }
 }
 

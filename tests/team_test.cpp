@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lstm/error.hpp"
+#include "lstm/threads.hpp"
 
 using lstm::kernels::cpu::TeamGovernor;
 using lstm::kernels::cpu::TeamPolicy;
@@ -156,4 +157,15 @@ TEST_CASE("team governor: a member counts time off the CPU as lost", "[team]") {
     INFO("lost " << usage.lost_ns() << " ns");
     CHECK(usage.lost_ns() >= 25'000'000);
     CHECK(usage.lost_ns() < 2'000'000'000);
+}
+
+TEST_CASE("set_num_threads sets the OpenMP thread count and refuses less than one", "[team]") {
+    const int saved = lstm::num_threads();
+    lstm::set_num_threads(3);
+    CHECK(lstm::num_threads() == 3);
+    CHECK(omp_get_max_threads() == 3);
+    CHECK_THROWS_WITH(lstm::set_num_threads(0),
+                      Catch::Contains("set_num_threads: threads must be >= 1, got 0"));
+    CHECK(lstm::num_threads() == 3);
+    lstm::set_num_threads(saved);
 }

@@ -52,13 +52,15 @@ struct AdamCoefficients {
     T beta2;
     T one_minus_beta2;
     T eps;
-    T weight_decay;
+    T weight_decay;  // L2 term added to the gradient (Adam); 0 when decoupled
+    T decay;         // factor on p before the update: 1 - lr * weight_decay (AdamW), else 1
 };
 
-// The coefficients of Adam step `step` (1 for the first update).
+// The coefficients of Adam step `step` (1 for the first update); `decoupled` gives AdamW's
+// weight decay (torch.optim.AdamW: p *= 1 - lr * weight_decay, then Adam without the L2 term).
 template <typename T>
 inline AdamCoefficients<T> adam_coefficients(double lr, double beta1, double beta2, double eps,
-                                             double weight_decay, int64_t step) {
+                                             double weight_decay, bool decoupled, int64_t step) {
     const double s = static_cast<double>(step);
     const double correction1 = 1.0 - std::pow(beta1, s);
     const double correction2 = 1.0 - std::pow(beta2, s);
@@ -69,7 +71,8 @@ inline AdamCoefficients<T> adam_coefficients(double lr, double beta1, double bet
     c.beta2 = static_cast<T>(beta2);
     c.one_minus_beta2 = static_cast<T>(1.0 - beta2);
     c.eps = static_cast<T>(eps);
-    c.weight_decay = static_cast<T>(weight_decay);
+    c.weight_decay = static_cast<T>(decoupled ? 0.0 : weight_decay);
+    c.decay = static_cast<T>(decoupled ? 1.0 - lr * weight_decay : 1.0);
     return c;
 }
 
@@ -78,6 +81,7 @@ inline AdamCoefficients<T> adam_coefficients(double lr, double beta1, double bet
 template <typename T>
 LSTM_HOST_DEVICE void adam_element(int64_t i, T* p, const T* g, T* m, T* v,
                                    const AdamCoefficients<T>& c) {
+    if (c.decay != T(1)) p[i] *= c.decay;
     T d = g[i];
     if (c.weight_decay != T(0)) d += c.weight_decay * p[i];
     m[i] += c.one_minus_beta1 * (d - m[i]);  // PyTorch's lerp form of beta1 m + (1 - beta1) d

@@ -170,17 +170,29 @@ private:
     std::vector<Entry> entries_;
 };
 
-// torch.optim.Adam's hyperparameters (amsgrad, maximize and decoupled weight decay are not
-// supported; weight_decay is the L2 term added to the gradient, as in Adam, not AdamW).
+// torch.optim.Adam's hyperparameters (amsgrad and maximize are not supported). weight_decay is
+// the L2 term added to the gradient, as in Adam; with decoupled_weight_decay it is AdamW's
+// decoupled decay instead (torch.optim.AdamW, Loshchilov & Hutter), whose usual value is 1e-2.
 struct AdamOptions {
     double lr = 1e-3;
     double beta1 = 0.9;
     double beta2 = 0.999;
     double eps = 1e-8;
     double weight_decay = 0;
+    bool decoupled_weight_decay = false;
 };
 
+// torch.optim.AdamW's defaults: AdamOptions with decoupled weight decay 1e-2.
+inline AdamOptions adamw_options(double lr = 1e-3, double weight_decay = 1e-2) {
+    AdamOptions o;
+    o.lr = lr;
+    o.weight_decay = weight_decay;
+    o.decoupled_weight_decay = true;
+    return o;
+}
+
 // Adam with PyTorch's bias-corrected update, per element, with step count s per buffer:
+//   p *= 1 - lr * weight_decay           (AdamW only; d below then has no weight_decay term)
 //   d = grad + weight_decay * p
 //   m = m + (1 - beta1) * (d - m)        (PyTorch's lerp form of beta1 * m + (1 - beta1) * d)
 //   v = beta2 * v + (1 - beta2) * d * d
@@ -246,9 +258,9 @@ private:
 
     void step_entry(Entry& e) {
         e.steps += 1;
-        const kernels::AdamCoefficients<T> c =
-            kernels::adam_coefficients<T>(options_.lr, options_.beta1, options_.beta2, options_.eps,
-                                          options_.weight_decay, e.steps);
+        const kernels::AdamCoefficients<T> c = kernels::adam_coefficients<T>(
+            options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+            options_.decoupled_weight_decay, e.steps);
         const int64_t n = e.target.size;
         T* p = e.target.params;
         const T* g = e.target.grads;

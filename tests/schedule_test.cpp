@@ -1,0 +1,60 @@
+// Learning-rate schedules (lstm/nn/schedule.hpp) against the values PyTorch 1.13's schedulers
+// give, and their refusals. The reference values were printed by (Debian python3-torch 1.13.1):
+//   q = torch.zeros(1, requires_grad=True); o = torch.optim.SGD([q], lr=0.5); s = <scheduler>(o)
+//   for _ in range(steps): print(o.param_groups[0]['lr']); o.step(); s.step()
+
+#include "lstm/nn/schedule.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "test_util.hpp"
+
+using namespace lstm::nn;
+
+namespace {
+
+// lr(0..) of `schedule` against PyTorch's values; PyTorch's recursive forms differ from the
+// closed forms by rounding only.
+template <typename S>
+void check_schedule(const S& schedule, const std::vector<double>& torch_lrs) {
+    std::vector<double> got;
+    for (int64_t s = 0; s < static_cast<int64_t>(torch_lrs.size()); ++s)
+        got.push_back(schedule.lr(s));
+    LSTM_CHECK_CLOSE(lstm::test::compare("lr", got, torch_lrs, 1e-14, 1e-14));
+}
+
+}  // namespace
+
+TEST_CASE("learning-rate schedules give PyTorch's rates", "[nn]") {
+    SECTION("StepLR(step_size=3, gamma=0.5)") {
+        check_schedule(StepLr{0.5, 3, 0.5}, {0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125, 0.125});
+    }
+    SECTION("CosineAnnealingLR(T_max=6, eta_min=0.01), past T_max too") {
+        check_schedule(CosineLr{0.5, 6, 0.01},
+                       {0.5, 0.4671762239271875, 0.3775, 0.255, 0.13250000000000006,
+                        0.042823776072812521, 0.01, 0.042823776072812521});
+    }
+    SECTION("LinearLR(start_factor=0.1, end_factor=1.0, total_iters=4)") {
+        check_schedule(
+            LinearLr{0.5, 0.1, 1.0, 4},
+            {0.050000000000000003, 0.16250000000000001, 0.27500000000000002, 0.38750000000000007,
+             0.50000000000000011, 0.50000000000000011, 0.50000000000000011});
+    }
+    SECTION("SequentialLR(LinearLR(0.1, 1.0, 3), CosineAnnealingLR(5, 0.01), milestones=[3])") {
+        check_schedule(WarmupCosineLr{0.5, 3, 5, 0.1, 0.01},
+                       {0.050000000000000003, 0.19999999999999998, 0.34999999999999998, 0.5,
+                        0.45320916362186214, 0.33070916362186215, 0.17929083637813789,
+                        0.0567908363781379, 0.01, 0.056790836378137872});
+    }
+}
+
+TEST_CASE("learning-rate schedules refuse bad settings, naming them", "[nn][errors]") {
+    using Catch::Contains;
+    CHECK_THROWS_WITH((StepLr{0.1, 0}.lr(0)), Contains("StepLr: step_size must be >= 1, got 0"));
+    CHECK_THROWS_WITH((CosineLr{0.1, 10}.lr(-1)), Contains("CosineLr::lr: step must be >= 0"));
+    CHECK_THROWS_WITH((CosineLr{0.1, 0}.lr(0)), Contains("t_max must be >= 1, got 0"));
+    CHECK_THROWS_WITH((LinearLr{0.1, 0.0}.lr(0)), Contains("start_factor must be in (0, 1]"));
+    CHECK_THROWS_AS((WarmupCosineLr{0.1, -1, 5}.lr(0)), lstm::InvalidArgument);
+}
