@@ -124,13 +124,19 @@ struct Tensor {
         return t;
     }
 
+    // The same from a vector, whose size must be numel(shape): checked before anything is read.
     template <typename T>
     static Tensor from(std::string name, std::vector<int64_t> shape, const std::vector<T>& values) {
-        Tensor t = from(std::move(name), std::move(shape), values.data());
-        check(static_cast<int64_t>(values.size()) == t.numel(), "tensor '", t.name, "': shape ",
-              t.shape_string(), " has ", t.numel(), " elements but ", values.size(),
-              " values were given");
-        return t;
+        Tensor sized;
+        sized.name = std::move(name);
+        sized.shape = std::move(shape);
+        for (int64_t s : sized.shape)
+            check(s >= 0, "tensor '", sized.name, "': shape ", sized.shape_string(),
+                  " has a negative size");
+        check(static_cast<int64_t>(values.size()) == sized.numel(), "tensor '", sized.name,
+              "': shape ", sized.shape_string(), " has ", sized.numel(), " elements but ",
+              values.size(), " values were given");
+        return from(std::move(sized.name), std::move(sized.shape), values.data());
     }
 
     // The elements as T; the dtype must be exactly T's (no silent conversion).

@@ -243,6 +243,17 @@ public:
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
 
+    // The state of registered buffer k (registration order), for checkpoints: its step count and
+    // its moments m (exp_avg) and v (exp_avg_sq), n elements each, in the buffer's memory space.
+    // Restoring all three (and the parameters) resumes the exact trajectory.
+    int64_t steps(int64_t k) const { return entry("Adam::steps", k).steps; }
+    void set_steps(int64_t k, int64_t steps) {
+        check(steps >= 0, "Adam::set_steps: steps must be >= 0, got ", steps);
+        entry("Adam::set_steps", k).steps = steps;
+    }
+    TensorView<T> exp_avg(int64_t k) { return moment(entry("Adam::exp_avg", k), true); }
+    TensorView<T> exp_avg_sq(int64_t k) { return moment(entry("Adam::exp_avg_sq", k), false); }
+
 private:
     struct Entry {
         detail::OptimTarget<T> target;
@@ -254,6 +265,19 @@ private:
     void add_target(const detail::OptimTarget<T>& target) {
         entries_.push_back(Entry{target, detail::zeroed_state(target, target.size),
                                  detail::zeroed_state(target, target.size), 0});
+    }
+
+    Entry& entry(const char* fn, int64_t k) {
+        check(k >= 0 && k < buffer_count(), fn, ": buffer ", k, " is not registered (",
+              buffer_count(), " are)");
+        return entries_[static_cast<size_t>(k)];
+    }
+    const Entry& entry(const char* fn, int64_t k) const {
+        return const_cast<Adam*>(this)->entry(fn, k);
+    }
+    static TensorView<T> moment(Entry& e, bool first) {
+        Buffer& b = first ? e.exp_avg : e.exp_avg_sq;
+        return TensorView<T>(b.template as<T>(), {e.target.size}, e.target.device);
     }
 
     void step_entry(Entry& e) {

@@ -1,0 +1,149 @@
+#pragma once
+
+// Exact checkpoints of a host (Device::cpu) SequenceModel in one safetensors file: the LSTM and
+// dense parameters, and Adam's moments and step count per buffer. Loading them into a model built
+// with the same ModelConfig and variant resumes training bit for bit (tests/checkpoint_test.cpp).
+// Learning-rate schedules (lstm/nn/schedule.hpp) are functions of the step, so the step count
+// saved here is their position too.
+//
+// Names: the LSTM under "lstm." with nn.LSTM's state_dict names, the head as "fc.weight" (classes,
+// D*H) and "fc.bias", so a PyTorch module with members `lstm` and `fc` loads them with
+// load_state_dict(strict=False); "optimizer.<k>.exp_avg", "optimizer.<k>.exp_avg_sq" (float, as
+// the parameters) and "optimizer.<k>.step" (int64, shape (1)) for the optimizer's buffers (0: the
+// LSTM, 1: the dense layer). Anything else a training program keeps (its data order, its own
+// random state) can be added to the same TensorFile under other names before it is written.
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lstm/error.hpp"
+#include "lstm/io/safetensors.hpp"
+#include "lstm/io/state_dict.hpp"
+#include "lstm/nn/model.hpp"
+
+namespace lstm::io {
+
+// Written as the file's "format" metadata and required when reading.
+inline constexpr const char* kCheckpointFormat = "lstm-checkpoint-1";
+
+namespace detail {
+
+template <typename T>
+void require_host_model(const char* fn, const nn::SequenceModel<T>& model) {
+    if (model.device() != Device::cpu)
+        fail_as<Unsupported>(fn, ": checkpoints of cuda models are not implemented yet; ",
+                             "the model is on ", to_string(model.device()));
+}
+
+inline std::string describe(const Config& c) {
+    return "input " + std::to_string(c.input_size) + ", hidden " + std::to_string(c.hidden_size) +
+           ", " + std::to_string(c.num_layers) + " layer(s), " +
+           (c.bidirectional ? "bidirectional" : "unidirectional");
+}
+
+inline std::string optimizer_name(int64_t k, const char* what) {
+    return "optimizer." + std::to_string(k) + "." + what;
+}
+
+// Copies tensor `name` of `file` into dst (n elements of T, host): shape and dtype must match.
+template <typename T>
+void copy_tensor(const TensorFile& file, const std::string& name, const std::vector<int64_t>& shape,
+                 T* dst) {
+    const Tensor& t = file.at(name);
+    check(t.dtype == scalar_type_of<T>(), file.source, ": tensor '", name, "' has dtype ",
+          to_string(t.dtype), ", the model needs ", to_string(scalar_type_of<T>()));
+    check(t.shape == shape, file.source, ": tensor '", name, "' has shape ", t.shape_string(),
+          ", the model needs ", shape_string(shape));
+    if (!t.bytes.empty()) std::memcpy(dst, t.bytes.data(), t.bytes.size());
+}
+
+}  // namespace detail
+
+// Appends the model's checkpoint tensors to `file` and sets its "format" metadata.
+template <typename T>
+void add_checkpoint(TensorFile& file, nn::SequenceModel<T>& model) {
+    detail::require_host_model("add_checkpoint", model);
+    const Config& config = model.lstm().config();
+    export_lstm(file, config, Span<const T>(model.lstm().parameters()), "lstm.");
+    const nn::Dense<T>& dense = model.dense();
+    file.add(Tensor::from("fc.weight", {dense.out_features(), dense.in_features()},
+                          dense.weight().data()));
+    if (dense.has_bias())
+        file.add(Tensor::from("fc.bias", {dense.out_features()}, dense.bias().data()));
+    nn::Adam<T>& adam = model.optimizer();
+    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+        const TensorView<T> m = adam.exp_avg(k), v = adam.exp_avg_sq(k);
+        file.add(Tensor::from(detail::optimizer_name(k, "exp_avg"), {m.numel()}, m.data()));
+        file.add(Tensor::from(detail::optimizer_name(k, "exp_avg_sq"), {v.numel()}, v.data()));
+        const int64_t steps = adam.steps(k);
+        file.add(Tensor::from(detail::optimizer_name(k, "step"), {1}, &steps));
+    }
+    file.metadata["format"] = kCheckpointFormat;
+}
+
+// Writes the model's checkpoint to `path`.
+template <typename T>
+void save_checkpoint(const std::string& path, nn::SequenceModel<T>& model) {
+    TensorFile file;
+    add_checkpoint(file, model);
+    write_safetensors(path, file);
+}
+
+// Restores the model from checkpoint tensors. The model must have been built with the same
+// ModelConfig (LSTM shape, classes, dense bias; the error names what differs); extra tensors in
+// the file are left for the caller. Nothing is changed when anything is missing or mismatched.
+template <typename T>
+void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
+    detail::require_host_model("load_checkpoint", model);
+    const auto format = file.metadata.find("format");
+    check(format != file.metadata.end() && format->second == kCheckpointFormat, file.source,
+          ": not a checkpoint of this library (metadata \"format\" should be '", kCheckpointFormat,
+          "', got ", format == file.metadata.end() ? "none" : "'" + format->second + "'", ")");
+    const Config& config = model.lstm().config();
+    const Config saved = infer_lstm_config(file, "lstm.");
+    check(saved.input_size == config.input_size && saved.hidden_size == config.hidden_size &&
+              saved.num_layers == config.num_layers && saved.bidirectional == config.bidirectional,
+          file.source, ": the checkpoint's LSTM is ", detail::describe(saved), ", the model's ",
+          detail::describe(config));
+    nn::Dense<T>& dense = model.dense();
+    nn::Adam<T>& adam = model.optimizer();
+    check(file.contains("fc.bias") == dense.has_bias(), file.source, ": the checkpoint ",
+          dense.has_bias() ? "lacks" : "has", " fc.bias, the model's dense layer ",
+          dense.has_bias() ? "has a bias" : "has none");
+    // Everything is read into scratch first, so a bad tensor leaves the model as it was.
+    std::vector<T> lstm_params = import_lstm_params<T>(file, config, "lstm.");
+    std::vector<T> dense_params(static_cast<size_t>(dense.parameter_count()));
+    detail::copy_tensor(file, "fc.weight", {dense.out_features(), dense.in_features()},
+                        dense_params.data());
+    if (dense.has_bias())
+        detail::copy_tensor(file, "fc.bias", {dense.out_features()},
+                            dense_params.data() + dense.out_features() * dense.in_features());
+    std::vector<std::vector<T>> moments;
+    std::vector<int64_t> steps(static_cast<size_t>(adam.buffer_count()));
+    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+        const int64_t n = adam.exp_avg(k).numel();
+        for (const char* what : {"exp_avg", "exp_avg_sq"}) {
+            moments.emplace_back(static_cast<size_t>(n));
+            detail::copy_tensor(file, detail::optimizer_name(k, what), {n}, moments.back().data());
+        }
+        detail::copy_tensor(file, detail::optimizer_name(k, "step"), {1}, &steps[k]);
+        check(steps[k] >= 0, file.source, ": ", detail::optimizer_name(k, "step"), " = ", steps[k],
+              " must be >= 0");
+    }
+    std::copy(lstm_params.begin(), lstm_params.end(), model.lstm().parameters().begin());
+    std::copy(dense_params.begin(), dense_params.end(), dense.parameters().data);
+    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+        std::copy(moments[2 * k].begin(), moments[2 * k].end(), adam.exp_avg(k).data());
+        std::copy(moments[2 * k + 1].begin(), moments[2 * k + 1].end(), adam.exp_avg_sq(k).data());
+        adam.set_steps(k, steps[k]);
+    }
+}
+
+// Reads a checkpoint file into the model.
+template <typename T>
+void load_checkpoint(const std::string& path, nn::SequenceModel<T>& model) {
+    load_checkpoint(read_safetensors(path), model);
+}
+
+}  // namespace lstm::io

@@ -1,0 +1,130 @@
+// Exact checkpoints (lstm/io/checkpoint.hpp): training resumed from a checkpoint follows the
+// uninterrupted run bit for bit, the file holds PyTorch's names, and bad checkpoints are refused
+// without touching the model.
+
+#include "lstm/io/checkpoint.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lstm/nn/model.hpp"
+#include "test_util.hpp"
+
+using namespace lstm;
+using Catch::Contains;
+
+namespace {
+
+constexpr int64_t kSteps = 6, kBatch = 4, kInput = 5;
+
+nn::ModelConfig model_config() {
+    nn::ModelConfig c;
+    c.lstm = Config{kInput, 7, 2, true};
+    c.classes = 3;
+    c.dense_bias = true;
+    c.head = nn::Head::ce_last_step;
+    c.adam = nn::adamw_options(0.01, 0.05);
+    return c;
+}
+
+// Training batch b (a different one per step) and its targets.
+struct Batch {
+    std::vector<float> x;
+    std::vector<int64_t> lengths, targets;
+};
+
+Batch batch(int b) {
+    Batch out;
+    out.x = test::random_vector<float>(kSteps * kBatch * kInput, 500 + b, -1.0, 1.0);
+    out.lengths = {6, 3, 5, 6};
+    for (int64_t n = 0; n < kBatch; ++n) out.targets.push_back((n + b) % 3);
+    return out;
+}
+
+void train(nn::SequenceModel<float>& model, int from, int to) {
+    for (int b = from; b < to; ++b) {
+        const Batch d = batch(b);
+        model.train_step(TensorView<const float>(d.x.data(), {kSteps, kBatch, kInput}),
+                         Span<const int64_t>(d.lengths), Span<const int64_t>(d.targets));
+    }
+}
+
+std::vector<float> all_params(nn::SequenceModel<float>& model) {
+    std::vector<float> out(model.lstm().parameters().begin(), model.lstm().parameters().end());
+    const Span<const float> dense = std::as_const(model.dense()).parameters();
+    out.insert(out.end(), dense.data, dense.data + dense.size);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("training resumed from a checkpoint is bit-identical to never stopping", "[io][nn]") {
+    for (const char* variant : {"basic", "fused"}) {
+        INFO("variant " << variant);
+        nn::SequenceModel<float> straight(model_config(), variant, Device::cpu, 11);
+        train(straight, 0, 8);
+
+        nn::SequenceModel<float> first(model_config(), variant, Device::cpu, 11);
+        train(first, 0, 3);
+        io::TensorFile file;
+        io::add_checkpoint(file, first);
+        const io::TensorFile read = io::parse_safetensors(io::serialize_safetensors(file));
+        // Another seed: everything the run depends on must come from the checkpoint.
+        nn::SequenceModel<float> resumed(model_config(), variant, Device::cpu, 99);
+        io::load_checkpoint(read, resumed);
+        CHECK(resumed.optimizer().steps(0) == 3);
+        train(resumed, 3, 8);
+
+        const std::vector<float> want = all_params(straight), got = all_params(resumed);
+        REQUIRE(got.size() == want.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+        INFO(differ << " of " << got.size() << " parameters differ");
+        CHECK(differ == 0);
+        // And the moments: one more step from each gives the same parameters again.
+        train(straight, 8, 9);
+        train(resumed, 8, 9);
+        CHECK(all_params(resumed) == all_params(straight));
+    }
+}
+
+TEST_CASE("a checkpoint holds PyTorch's names and refuses another model", "[io][nn]") {
+    nn::SequenceModel<float> model(model_config(), "basic", Device::cpu, 3);
+    train(model, 0, 2);
+    io::TensorFile file;
+    io::add_checkpoint(file, model);
+    for (const char* name : {"lstm.weight_ih_l0", "lstm.bias_hh_l1_reverse", "fc.weight", "fc.bias",
+                             "optimizer.0.exp_avg", "optimizer.1.exp_avg_sq", "optimizer.1.step"})
+        CHECK(file.contains(name));
+    CHECK(file.at("fc.weight").shape == std::vector<int64_t>{3, 14});
+    CHECK(file.at("optimizer.0.step").integers() == std::vector<int64_t>{2});
+
+    const std::vector<float> before = all_params(model);
+    nn::ModelConfig wider = model_config();
+    wider.lstm.hidden_size = 8;
+    nn::SequenceModel<float> other(wider, "basic", Device::cpu, 3);
+    CHECK_THROWS_WITH(io::load_checkpoint(file, other),
+                      Contains("the checkpoint's LSTM is input 5, hidden 7, 2 layer(s), "
+                               "bidirectional, the model's input 5, hidden 8"));
+    io::TensorFile no_format = file;
+    no_format.metadata.clear();
+    CHECK_THROWS_WITH(io::load_checkpoint(no_format, model),
+                      Contains("not a checkpoint of this library"));
+    // A truncated optimizer tensor is refused before anything is copied.
+    io::TensorFile broken;
+    broken.metadata = file.metadata;
+    for (const io::Tensor& t : file.tensors()) {
+        if (t.name == "optimizer.1.exp_avg")
+            broken.add(io::Tensor::from(t.name, {2}, std::vector<float>{1.0f, 2.0f}));
+        else
+            broken.add(t);
+    }
+    nn::SequenceModel<float> target(model_config(), "basic", Device::cpu, 5);
+    const std::vector<float> target_before = all_params(target);
+    CHECK_THROWS_WITH(io::load_checkpoint(broken, target),
+                      Contains("tensor 'optimizer.1.exp_avg' has shape (2)"));
+    CHECK(all_params(target) == target_before);
+    CHECK(all_params(model) == before);
+}
