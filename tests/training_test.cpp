@@ -6,6 +6,7 @@
 #include <random>
 
 #include "lstm/detail/random.hpp"
+#include "lstm/nn/clip.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
 
@@ -54,14 +55,7 @@ nn::ModelConfig model_config() {
 // `max_norm` (PyTorch's clip_grad_norm_). Host buffers; overwrites them.
 template <typename T>
 void clip_gradients(nn::SequenceModel<T>& model, double max_norm) {
-    double squares = 0;
-    for (T g : model.lstm().gradients()) squares += static_cast<double>(g) * g;
-    for (T g : model.dense().gradients()) squares += static_cast<double>(g) * g;
-    const double norm = std::sqrt(squares);
-    if (norm <= max_norm) return;
-    const T scale = static_cast<T>(max_norm / norm);
-    for (T& g : model.lstm().gradients()) g *= scale;
-    for (T& g : model.dense().gradients()) g *= scale;
+    nn::clip_grad_norm<T>({model.lstm().gradients(), model.dense().gradients()}, max_norm);
 }
 
 // Trains `steps` fresh batches; returns the loss curve and the final held-out loss. Variants that

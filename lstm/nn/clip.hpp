@@ -1,0 +1,42 @@
+#pragma once
+
+// torch.nn.utils.clip_grad_norm_ over flat gradient buffers (host), e.g. a model's
+// lstm().gradients() and dense().gradients() between compute_gradients() and
+// optimizer().step():
+//   total = || all gradients ||_2,  coef = max_norm / (total + 1e-6),
+//   every gradient *= min(coef, 1);  returns total.
+// The sum of squares is accumulated in double (PyTorch sums each tensor in its own dtype), so the
+// norm is at least as accurate as PyTorch's; the scale is applied in T, as PyTorch's mul_.
+
+#include <cmath>
+#include <initializer_list>
+
+#include "lstm/error.hpp"
+#include "lstm/tensor.hpp"
+
+namespace lstm::nn {
+
+// Scales the gradients in place so their global L2 norm is at most max_norm (> 0); returns the
+// norm before clipping. A non-finite norm (NaN or inf in a gradient) throws lstm::InvalidArgument
+// naming it when error_if_nonfinite (PyTorch's flag), else the gradients are scaled as PyTorch
+// would (NaN spreads; it is the caller's to notice the returned norm).
+template <typename T>
+double clip_grad_norm(std::initializer_list<Span<T>> grads, double max_norm,
+                      bool error_if_nonfinite = false) {
+    check(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+    double squares = 0;
+    for (const Span<T>& g : grads)
+        for (int64_t i = 0; i < g.size; ++i) squares += static_cast<double>(g[i]) * g[i];
+    const double total = std::sqrt(squares);
+    check(std::isfinite(total) || !error_if_nonfinite, "clip_grad_norm: the total norm is ", total,
+          "; the gradients hold NaN or inf (error_if_nonfinite)");
+    // PyTorch's 1e-6 keeps the coefficient finite for a zero norm.
+    const double coef = max_norm / (total + 1e-6);
+    if (!(coef < 1)) return total;  // multiplying by 1 changes nothing
+    const T scale = static_cast<T>(coef);
+    for (const Span<T>& g : grads)
+        for (int64_t i = 0; i < g.size; ++i) g[i] *= scale;
+    return total;
+}
+
+}  // namespace lstm::nn
