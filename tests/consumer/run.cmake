@@ -16,6 +16,12 @@ function(run_step)
 endfunction()
 
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+# The tool is installed beside the library and runs from there (`info` without a file describes
+# the host).
+if(NOT EXISTS ${prefix}/bin/lstm_tool)
+    message(FATAL_ERROR "cmake --install did not install bin/lstm_tool")
+endif()
+run_step(${prefix}/bin/lstm_tool info)
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -G "${GENERATOR}"
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
