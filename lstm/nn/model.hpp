@@ -130,6 +130,18 @@ public:
         return forward_loss(x, lengths, targets, target_lengths, false);
     }
 
+    // The logits of the last train_step, compute_gradients or evaluate, on the model's device:
+    // (N, C) for the per-sequence heads (ce_last_step, ce_mean_pool), (T, N, C) for the per-frame
+    // ones (ce_every_frame, ctc). For predictions: nn::argmax_classes (lstm/nn/predict.hpp), or
+    // loss::ctc_greedy_decode for the ctc head.
+    TensorView<const T> logits() const {
+        check(logits_steps_ > 0, "SequenceModel::logits: no forward has run yet");
+        const T* data = logits_.template as<T>();
+        if (per_sequence_head())
+            return TensorView<const T>(data, {logits_batch_, classes()}, device());
+        return TensorView<const T>(data, {logits_steps_, logits_batch_, classes()}, device());
+    }
+
     Device device() const { return lstm_.device(); }
     LstmT<T>& lstm() { return lstm_; }
     const LstmT<T>& lstm() const { return lstm_; }
@@ -170,6 +182,8 @@ private:
         const TensorView<const T> y =
             training ? lstm_.forward(x_on_device, lengths) : lstm_.infer(x_on_device, lengths);
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
+        logits_steps_ = seq_len;
+        logits_batch_ = batch;
         if (per_sequence_head()) {
             const TensorView<T> features = view(features_, {batch, width});
             const TensorView<T> logits = view(logits_, {batch, classes()});
@@ -351,6 +365,7 @@ private:
     Adam<T> adam_;
     Buffer x_, lengths_;  // cuda: the staged batch and the device copy of its lengths
     Buffer features_, dfeatures_, logits_, dlogits_, dy_;
+    int64_t logits_steps_ = 0, logits_batch_ = 0;  // the shape logits() reports
     std::vector<int64_t> full_lengths_, uploaded_lengths_;
     lstm::detail::AlignedBuffer ctc_workspace_;
 };

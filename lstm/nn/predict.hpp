@@ -1,0 +1,50 @@
+#pragma once
+
+// Turning scores into predictions and predictions into a score: the class of each row, and
+// accuracy. For CTC heads, lstm/loss/ctc_decode.hpp decodes label sequences and computes the
+// label error rate. Host memory.
+
+#include <cstdint>
+#include <vector>
+
+#include "lstm/error.hpp"
+#include "lstm/tensor.hpp"
+
+namespace lstm::nn {
+
+// The class with the highest score in each row of `scores` (rank 2 (N, C) or rank 3 (T, N, C),
+// host; logits, log-probabilities or probabilities alike), the lowest index on ties, as
+// torch.argmax(scores, dim=-1).flatten(): N or T * N classes.
+template <typename T>
+std::vector<int64_t> argmax_classes(TensorView<const T> scores) {
+    check(scores.rank() == 2 || scores.rank() == 3,
+          "argmax_classes: scores must have rank 2 (N, C) or 3 (T, N, C), got shape ",
+          scores.shape_string());
+    check(scores.device() == Device::cpu, "argmax_classes: scores is on ",
+          to_string(scores.device()), "; copy it to the host first");
+    const int64_t classes = scores.size(scores.rank() - 1);
+    check(classes >= 1, "argmax_classes: scores has no classes (shape ", scores.shape_string(),
+          ")");
+    const int64_t rows = scores.numel() / classes;
+    std::vector<int64_t> out(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        const T* row = scores.data() + r * classes;
+        int64_t best = 0;
+        for (int64_t c = 1; c < classes; ++c)
+            if (row[c] > row[best]) best = c;
+        out[static_cast<size_t>(r)] = best;
+    }
+    return out;
+}
+
+// The fraction of predictions equal to their targets (both of one length >= 1).
+inline double accuracy(Span<const int64_t> predicted, Span<const int64_t> targets) {
+    check(predicted.size == targets.size, "accuracy: ", predicted.size, " predictions but ",
+          targets.size, " targets");
+    check(predicted.size >= 1, "accuracy: no predictions");
+    int64_t right = 0;
+    for (int64_t i = 0; i < predicted.size; ++i) right += predicted[i] == targets[i];
+    return static_cast<double>(right) / static_cast<double>(predicted.size);
+}
+
+}  // namespace lstm::nn

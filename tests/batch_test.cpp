@@ -1,0 +1,104 @@
+// Batch building and predictions (lstm/nn/batch.hpp, lstm/nn/predict.hpp): the padded layout of
+// torch.nn.utils.rnn.pad_sequence, the concatenated CTC targets, bucketing, argmax and accuracy,
+// and a model's logits() against its own loss.
+
+#include "lstm/nn/batch.hpp"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "lstm/nn/model.hpp"
+#include "lstm/nn/predict.hpp"
+#include "test_util.hpp"
+
+using namespace lstm;
+using Catch::Contains;
+
+TEST_CASE("pad_sequences lays sequences out as pad_sequence does, time-major", "[nn]") {
+    // Three sequences of 2 features: lengths 2, 3, 1 (values name their sequence and step).
+    const std::vector<std::vector<float>> seqs = {
+        {10, 11, 12, 13}, {20, 21, 22, 23, 24, 25}, {30, 31}};
+    const nn::PaddedBatch<float> b = nn::pad_sequences(seqs, 2);
+    CHECK(b.seq_len == 3);
+    CHECK(b.batch == 3);
+    CHECK(b.lengths == std::vector<int64_t>{2, 3, 1});
+    // torch.nn.utils.rnn.pad_sequence([a, b, c]) of those, flattened (T, N, 2):
+    const std::vector<float> want = {10, 11, 20, 21, 30, 31,  // t = 0
+                                     12, 13, 22, 23, 0,  0,   // t = 1
+                                     0,  0,  24, 25, 0,  0};  // t = 2
+    CHECK(b.x == want);
+    CHECK(b.view().shape_string() == "(3, 3, 2)");
+    // A chosen subset in a chosen order.
+    const nn::PaddedBatch<float> sub = nn::pad_sequences(seqs, 2, {2, 0});
+    CHECK(sub.x == std::vector<float>{30, 31, 10, 11, 0, 0, 12, 13});
+    CHECK_THROWS_WITH(
+        nn::pad_sequences(seqs, 4),
+        Contains("sequence 1 has 6 values, expected a positive multiple of features = 4"));
+    CHECK_THROWS_WITH(nn::pad_sequences(seqs, 2, {0, 5}),
+                      Contains("indices[1] = 5 is not a sequence (there are 3)"));
+}
+
+TEST_CASE("concat_targets and bucket_by_length", "[nn]") {
+    const nn::CtcTargets t = nn::concat_targets({{1, 2}, {3}, {4, 4, 5}}, {2, 1});
+    CHECK(t.labels == std::vector<int64_t>{4, 4, 5, 3});
+    CHECK(t.lengths == std::vector<int64_t>{3, 1});
+
+    const std::vector<int64_t> lengths = {7, 3, 9, 3, 5, 8, 1};
+    const auto batches = nn::bucket_by_length(lengths, 3, 42);
+    REQUIRE(batches.size() == 3);
+    // Sorted by length (ties by index): 6, 1, 3 | 4, 0, 5 | 2; then the batches shuffled.
+    std::vector<std::vector<int64_t>> sorted = batches;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == std::vector<std::vector<int64_t>>{{2}, {4, 0, 5}, {6, 1, 3}});
+    CHECK(nn::bucket_by_length(lengths, 3, 42) == batches);  // the seed fixes the order
+    CHECK_THROWS_WITH(nn::bucket_by_length(lengths, 0, 1), Contains("batch_size must be >= 1"));
+}
+
+TEST_CASE("argmax_classes and accuracy", "[nn]") {
+    // Rows: a clear winner, a tie (the lowest index wins, as torch.argmax), a negative row.
+    const std::vector<float> scores = {0.1f, 2.0f, -1.0f, 3.0f, 3.0f, 0.0f, -5.0f, -4.0f, -6.0f};
+    const auto classes = nn::argmax_classes(TensorView<const float>(scores.data(), {3, 3}));
+    CHECK(classes == std::vector<int64_t>{1, 0, 1});
+    const std::vector<int64_t> targets = {1, 2, 1};
+    CHECK(nn::accuracy(classes, targets) == Approx(2.0 / 3.0));
+    const std::vector<int64_t> one = {1};
+    CHECK_THROWS_WITH(nn::accuracy(classes, one), Contains("3 predictions but 1 targets"));
+}
+
+TEST_CASE("a model's logits() are what its loss was computed from", "[nn]") {
+    nn::ModelConfig mc;
+    mc.lstm = Config{3, 5, 1, true};
+    mc.classes = 4;
+    const int64_t steps = 4, batch = 3;
+    const auto x = test::random_vector<float>(steps * batch * 3, 8, -1.0, 1.0);
+    const std::vector<int64_t> lengths = {4, 2, 3}, targets = {3, 0, 2};
+    for (nn::Head head : {nn::Head::ce_last_step, nn::Head::ce_every_frame}) {
+        mc.head = head;
+        nn::SequenceModel<float> model(mc, "basic", Device::cpu, 2);
+        std::vector<int64_t> frame_targets(steps * batch, 1);
+        const Span<const int64_t> t = head == nn::Head::ce_last_step
+                                          ? Span<const int64_t>(targets)
+                                          : Span<const int64_t>(frame_targets);
+        const float loss =
+            model.evaluate(TensorView<const float>(x.data(), {steps, batch, 3}), lengths, t);
+        const TensorView<const float> logits = model.logits();
+        INFO("head " << static_cast<int>(head));
+        if (head != nn::Head::ce_last_step) {
+            CHECK(logits.shape_string() == "(4, 3, 4)");
+            continue;
+        }
+        REQUIRE(logits.shape_string() == "(3, 4)");
+        // The batch-mean cross-entropy recomputed in double from the reported logits.
+        double sum = 0;
+        for (int64_t n = 0; n < batch; ++n) {
+            const float* row = logits.data() + n * 4;
+            double m = row[0], z = 0;
+            for (int c = 1; c < 4; ++c) m = std::max(m, double(row[c]));
+            for (int c = 0; c < 4; ++c) z += std::exp(row[c] - m);
+            sum += m + std::log(z) - row[targets[n]];
+        }
+        CHECK(loss == Approx(sum / batch).epsilon(1e-6));
+    }
+}
