@@ -8,8 +8,10 @@
 // run on the device; only the loss value comes back.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -35,9 +37,21 @@ namespace lstm::nn {
 enum class Head {
     ce_last_step,    // dense + softmax cross-entropy on each sequence's last valid step
     ce_every_frame,  // dense + softmax cross-entropy on every valid frame
-    ctc,             // dense on every frame + CTC (blank 0, PyTorch's mean), Braun's speech task
+    ctc,             // dense on every frame + CTC (PyTorch's mean; ModelConfig::ctc), Braun's
+                     // speech task
     ce_mean_pool,    // dense + softmax cross-entropy on the mean of each sequence's valid outputs
                      // (Bahrampour's IMDB sentiment model)
+};
+
+// Options of the ctc head (torch.nn.CTCLoss's, plus what to do when a target cannot be aligned).
+struct CtcHeadOptions {
+    int64_t blank = 0;  // the blank class, in [0, classes)
+    // An infeasible sample (its input too short for its labels) has loss +inf, which makes the
+    // batch mean +inf, with zero gradient (PyTorch's behaviour); zero_infinity counts it as 0.
+    bool zero_infinity = false;
+    // Throw lstm::InvalidArgument naming the infeasible samples instead (checked before
+    // zero_infinity could hide them), for data pipelines that should never produce one.
+    bool infeasible_is_error = false;
 };
 
 struct ModelConfig {
@@ -45,7 +59,8 @@ struct ModelConfig {
     int64_t classes = 0;
     bool dense_bias = false;  // Braun's heads have no bias
     Head head = Head::ce_last_step;
-    AdamOptions adam;  // PyTorch's defaults (lr 1e-3), as in Braun's suite
+    AdamOptions adam;    // PyTorch's defaults (lr 1e-3), as in Braun's suite
+    CtcHeadOptions ctc;  // Head::ctc only
 };
 
 template <typename T>
@@ -66,6 +81,9 @@ public:
           logits_(device),
           dlogits_(device),
           dy_(device) {
+        check(config.ctc.blank >= 0 && config.ctc.blank < config.classes,
+              "ModelConfig: ctc.blank must be in [0, classes = ", config.classes, "), got ",
+              config.ctc.blank);
         lstm_.reset_parameters(seed);
         dense_.reset_parameters(seed + 1);
         if (device == Device::cpu) {
@@ -241,16 +259,34 @@ private:
         args.targets = TensorView<const int64_t>(targets.data, {targets.size});
         args.input_lengths = lengths;
         args.target_lengths = target_lengths;
-        args.blank = 0;
+        args.blank = config_.ctc.blank;
+        args.zero_infinity = config_.ctc.zero_infinity && !config_.ctc.infeasible_is_error;
         args.reduction = loss::Reduction::mean;
         loss::CtcOutputs<T> out;
         out.grad_logits = view(dlogits_, {seq_len, batch, classes()});
         if (device() == Device::cuda) {
             args.context = lstm_.context();
-            return loss::ctc_loss(args, out);
+            const T loss = loss::ctc_loss(args, out);
+            check(
+                !config_.ctc.infeasible_is_error || std::isfinite(static_cast<double>(loss)),
+                "ctc head: the batch loss is ", loss,
+                ": at least one sample's input is too short for its labels (infeasible_is_error)");
+            return loss;
         }
+        sample_losses_.resize(static_cast<size_t>(batch));
+        out.losses = TensorView<T>(sample_losses_.data(), {batch});
         const size_t bytes = loss::ctc_workspace_bytes(args);
-        return loss::ctc_loss(args, out, ctc_workspace_.reserve(bytes), bytes);
+        const T loss = loss::ctc_loss(args, out, ctc_workspace_.reserve(bytes), bytes);
+        if (config_.ctc.infeasible_is_error) {
+            std::string infeasible;
+            for (int64_t n = 0; n < batch; ++n)
+                if (std::isinf(static_cast<double>(sample_losses_[static_cast<size_t>(n)])))
+                    infeasible += (infeasible.empty() ? "" : ", ") + std::to_string(n);
+            check(infeasible.empty(), "ctc head: sample(s) ", infeasible,
+                  " cannot be aligned: each needs at least as many frames as labels plus repeated ",
+                  "neighbours (infeasible_is_error)");
+        }
+        return loss;
     }
 
     // Heads that classify one vector per sequence.
@@ -368,6 +404,7 @@ private:
     int64_t logits_steps_ = 0, logits_batch_ = 0;  // the shape logits() reports
     std::vector<int64_t> full_lengths_, uploaded_lengths_;
     lstm::detail::AlignedBuffer ctc_workspace_;
+    std::vector<T> sample_losses_;  // cpu ctc head: each sample's loss, for infeasible_is_error
 };
 
 }  // namespace lstm::nn
