@@ -102,3 +102,50 @@ TEST_CASE("a model's logits() are what its loss was computed from", "[nn]") {
         CHECK(loss == Approx(sum / batch).epsilon(1e-6));
     }
 }
+
+TEST_CASE("the final-state head reads cat(hn[-2], hn[-1]) and its gradients are exact",
+          "[nn]") {
+    nn::ModelConfig mc;
+    mc.lstm = Config{3, 4, 2, true};
+    mc.classes = 3;
+    mc.dense_bias = true;
+    mc.head = nn::Head::ce_final_state;
+    const int64_t steps = 5, batch = 3;
+    const auto x = test::random_vector<double>(steps * batch * 3, 9, -1.0, 1.0);
+    const TensorView<const double> xv(x.data(), {steps, batch, 3});
+    const std::vector<int64_t> lengths = {5, 2, 4}, targets = {2, 0, 1};
+    for (const char* variant : {"basic", "fused"}) {
+        INFO("variant " << variant);
+        nn::SequenceModel<double> model(mc, variant, Device::cpu, 6);
+        const double loss = model.compute_gradients(xv, lengths, targets);
+        // Forward: the logits are the dense layer of the top layer's two final states.
+        const TensorView<const double> hn = model.lstm().hn(), logits = model.logits();
+        const nn::Dense<double>& dense = std::as_const(model).dense();
+        for (int64_t n = 0; n < batch; ++n)
+            for (int64_t c = 0; c < 3; ++c) {
+                double z = dense.bias().data()[c];
+                for (int64_t d = 0; d < 2; ++d)
+                    for (int64_t u = 0; u < 4; ++u)
+                        z += dense.weight().data()[c * 8 + d * 4 + u] *
+                             hn.data()[((2 + d) * batch + n) * 4 + u];
+                CHECK(logits.data()[n * 3 + c] == Approx(z).epsilon(1e-12));
+            }
+        // Backward: central differences of the loss (step 1e-6) for a spread of LSTM parameters
+        // of both layers and directions, and of the dense weights.
+        const std::vector<double> grads(model.lstm().gradients().begin(),
+                                        model.lstm().gradients().end());
+        const int64_t count = static_cast<int64_t>(grads.size());
+        for (int64_t k = 0; k < count; k += 37) {
+            double& p = model.lstm().parameters()[k];
+            const double saved = p;
+            p = saved + 1e-6;
+            const double up = model.evaluate(xv, lengths, targets);
+            p = saved - 1e-6;
+            const double down = model.evaluate(xv, lengths, targets);
+            p = saved;
+            INFO("parameter " << k << " of " << count);
+            CHECK(grads[k] == Approx((up - down) / 2e-6).margin(1e-7).epsilon(1e-5));
+        }
+        CHECK(std::isfinite(loss));
+    }
+}

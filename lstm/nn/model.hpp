@@ -41,6 +41,9 @@ enum class Head {
                      // speech task
     ce_mean_pool,    // dense + softmax cross-entropy on the mean of each sequence's valid outputs
                      // (Bahrampour's IMDB sentiment model)
+    ce_final_state,  // dense + softmax cross-entropy on the top layer's final hidden states,
+                     // cat(hn[-2], hn[-1]) when bidirectional (each direction's state after its
+                     // whole sequence: PyTorch's usual classifier head); host models only
 };
 
 // Options of the ctc head (torch.nn.CTCLoss's, plus what to do when a target cannot be aligned).
@@ -81,6 +84,9 @@ public:
           logits_(device),
           dlogits_(device),
           dy_(device) {
+        if (config.head == Head::ce_final_state && device != Device::cpu)
+            fail_as<Unsupported>("SequenceModel: Head::ce_final_state runs on the host only, got ",
+                                 to_string(device));
         check(config.ctc.blank >= 0 && config.ctc.blank < config.classes,
               "ModelConfig: ctc.blank must be in [0, classes = ", config.classes, "), got ",
               config.ctc.blank);
@@ -132,6 +138,10 @@ public:
             dense_backward(view(features_, {batch, width}), view(dlogits_, {batch, classes()}),
                            dfeatures);
             unpool(dfeatures, lengths, dy);
+            if (config_.head == Head::ce_final_state) {
+                lstm_.backward(dy, final_state_gradient(dfeatures), {}, /*compute_dx=*/false);
+                return loss;
+            }
         } else {
             const int64_t rows = seq_len * batch;
             dense_backward(TensorView<const T>(y.data(), {rows, width}, y.device()),
@@ -291,12 +301,41 @@ private:
 
     // Heads that classify one vector per sequence.
     bool per_sequence_head() const {
-        return config_.head == Head::ce_last_step || config_.head == Head::ce_mean_pool;
+        return config_.head == Head::ce_last_step || config_.head == Head::ce_mean_pool ||
+               config_.head == Head::ce_final_state;
+    }
+
+    // ce_final_state: the top layer's final states hn (L*D, N, H) -> features (N, D*H), direction
+    // d in columns [d H, (d + 1) H). Host.
+    void gather_final_state(TensorView<T> features) {
+        const TensorView<const T> hn = lstm_.hn();
+        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.hidden_size;
+        const int64_t batch = hn.size(1), top = (config_.lstm.num_layers - 1) * dirs;
+        for (int64_t n = 0; n < batch; ++n)
+            for (int64_t d = 0; d < dirs; ++d)
+                std::copy(hn.data() + ((top + d) * batch + n) * hidden,
+                          hn.data() + ((top + d) * batch + n + 1) * hidden,
+                          features.data() + (n * dirs + d) * hidden);
+    }
+
+    // Its adjoint: dfeatures (N, D*H) -> dhn (L*D, N, H) in dhn_, zero below the top layer. Host.
+    TensorView<const T> final_state_gradient(TensorView<const T> dfeatures) {
+        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.hidden_size;
+        const int64_t batch = dfeatures.size(0), cells = config_.lstm.num_cells();
+        const int64_t top = (config_.lstm.num_layers - 1) * dirs;
+        dhn_.assign(static_cast<size_t>(cells * batch * hidden), T(0));
+        for (int64_t n = 0; n < batch; ++n)
+            for (int64_t d = 0; d < dirs; ++d)
+                std::copy(dfeatures.data() + (n * dirs + d) * hidden,
+                          dfeatures.data() + (n * dirs + d + 1) * hidden,
+                          dhn_.data() + ((top + d) * batch + n) * hidden);
+        return TensorView<const T>(dhn_.data(), {cells, batch, hidden});
     }
 
     // y (T, N, F) -> features (N, F) overwritten, on the model's device: the last valid step or
     // the mean.
     void pool(TensorView<const T> y, Span<const int64_t> lengths, TensorView<T> features) {
+        if (config_.head == Head::ce_final_state) return gather_final_state(features);
         const bool mean = config_.head == Head::ce_mean_pool;
         if (device() == Device::cpu) {
             if (mean)
@@ -317,7 +356,12 @@ private:
     }
 
     // The adjoint of pool: dfeatures (N, F) -> dy (T, N, F) overwritten, on the model's device.
+    // ce_final_state: dy is all zeros (the loss reads hn only; its gradient goes in as dhn).
     void unpool(TensorView<const T> dfeatures, Span<const int64_t> lengths, TensorView<T> dy) {
+        if (config_.head == Head::ce_final_state) {
+            std::fill(dy.data(), dy.data() + dy.numel(), T(0));
+            return;
+        }
         const bool mean = config_.head == Head::ce_mean_pool;
         if (device() == Device::cpu) {
             if (mean)
@@ -405,6 +449,7 @@ private:
     std::vector<int64_t> full_lengths_, uploaded_lengths_;
     lstm::detail::AlignedBuffer ctc_workspace_;
     std::vector<T> sample_losses_;  // cpu ctc head: each sample's loss, for infeasible_is_error
+    std::vector<T> dhn_;            // ce_final_state: the gradient of hn
 };
 
 }  // namespace lstm::nn

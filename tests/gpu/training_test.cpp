@@ -201,6 +201,8 @@ const char* head_name(nn::Head h) {
             return "ctc";
         case nn::Head::ce_mean_pool:
             return "ce_mean_pool";
+        case nn::Head::ce_final_state:  // host only: never in gpu_problems()
+            return "ce_final_state";
     }
     return "?";
 }
