@@ -19,13 +19,28 @@ std::atomic<long> g_allocations{0};
 // std::free; here both sides are replaced together, so malloc/free do match.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// Every form is replaced (array, nothrow, sized), so any new is paired with a delete of the same
+// allocator: Catch2 uses the nothrow form, and AddressSanitizer reports a malloc'd block freed
+// by the library's operator delete (or the reverse) as a mismatch.
 void* operator new(size_t bytes) {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
     if (void* p = std::malloc(bytes ? bytes : 1)) return p;
     throw std::bad_alloc();
 }
+void* operator new[](size_t bytes) { return operator new(bytes); }
+void* operator new(size_t bytes, const std::nothrow_t&) noexcept {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(bytes ? bytes : 1);
+}
+void* operator new[](size_t bytes, const std::nothrow_t& tag) noexcept {
+    return operator new(bytes, tag);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 #pragma GCC diagnostic pop
 
 using namespace lstm;

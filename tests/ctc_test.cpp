@@ -543,6 +543,21 @@ TEST_CASE("ctc_loss rejects bad arguments with lstm::Error naming them", "[ctc]"
     CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out),
                       Contains("target_lengths[1] = -1 must be >= 0"));
     target_lengths[1] = 2;
+    {
+        // Lengths whose sum wraps around int64 (to 1, the size of these concatenated targets)
+        // must not pass the size check and send the label scan past the targets.
+        const int64_t huge = std::numeric_limits<int64_t>::max();
+        std::vector<int64_t> one = {1}, three_lengths = {huge, huge, 3}, three_inputs = {4, 4, 4};
+        std::vector<float> x3(T * 3 * C, 0.1f);
+        CtcArgs<float> w;
+        w.logits = TensorView<const float>(x3.data(), {T, 3, C});
+        w.targets = TensorView<const int64_t>(one.data(), {1});
+        w.input_lengths = three_inputs;
+        w.target_lengths = three_lengths;
+        CHECK_THROWS_WITH(lstm::loss::ctc_loss(w, CtcOutputs<float>{}),
+                          Contains("target_lengths[1] = 9223372036854775807 makes the sum of "
+                                   "target_lengths overflow int64"));
+    }
 
     input_lengths[1] = 0;
     CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("input_lengths[1] = 0 must be >= 1"));

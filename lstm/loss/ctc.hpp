@@ -195,6 +195,11 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
               " exceeds T = ", d.max_time);
         const int64_t labels = args.target_lengths[n];
         check(labels >= 0, "ctc_loss: target_lengths[", n, "] = ", labels, " must be >= 0");
+        // No sum of lengths may wrap around: a wrapped total could pass the size check below and
+        // let the label scan run past the targets.
+        check(labels <= std::numeric_limits<int64_t>::max() - total_labels,
+              "ctc_loss: target_lengths[", n, "] = ", labels,
+              " makes the sum of target_lengths overflow int64 (", total_labels, " before it)");
         d.max_target_length = std::max(d.max_target_length, labels);
         total_labels += labels;
     }
