@@ -176,6 +176,11 @@ TEST_CASE("malformed safetensors files each give their specific error", "[io]") 
                    Contains("exceeds the 2 bytes that follow it"));
         CHECK_THAT(parse_error(make_file("{\"a\":", 0)), Contains("header is not valid JSON"));
         CHECK_THAT(parse_error(make_file("[1,2]", 0)), Contains("header must be a JSON object"));
+        // Valid JSON, then a NUL and garbage inside the header length: the offset is the NUL's
+        // from the start of the file (8 length bytes, then the 2 bytes of "{}").
+        CHECK_THAT(parse_error(make_file(std::string("{}\0garbage", 10), 0)),
+                   Contains("header holds a NUL byte at offset 10"));
+        REQUIRE(parse_error(make_file("{}    ", 0)).empty());  // space padding is the format's
         CHECK_THAT(parse_error(make_file("{\"a\":{\"b\":{\"c\":{\"d\":[]}}}}", 0)),
                    Contains("nests deeper"));
         CHECK_THAT(parse_error(make_file("{" + a24 + "," + a24 + "}", 24)),

@@ -270,6 +270,12 @@ inline Json parse_header_json(const char* begin, const char* end, const std::str
         }
         return true;
     };
+    // The header is exactly the JSON, padded with spaces at most. nlohmann's parser takes a NUL
+    // byte for the end of its input, so JSON followed by NUL and anything would parse: refuse it.
+    if (const void* nul = std::memchr(begin, '\0', static_cast<size_t>(end - begin)))
+        fail(source, ": header holds a NUL byte at offset ",
+             static_cast<const char*>(nul) - begin + 8,
+             " (the header is JSON padded with spaces; nothing else may follow it)");
     try {
         return Json::parse(begin, end, callback);
     } catch (const nlohmann::json::exception& e) {
