@@ -233,7 +233,9 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 namespace detail {
 
-using Json = nlohmann::ordered_json;
+// std::map-backed: nlohmann's ordered_json inserts in linear time, which made a header of N
+// tensors parse in O(N^2) (29 s at 100k tensors). The header's order is kept separately.
+using Json = nlohmann::json;
 
 // "a, b, c" with at most `limit` items, then "and N more".
 inline std::string join_limited(const std::vector<std::string>& items, size_t limit = 16) {
@@ -249,35 +251,77 @@ inline uint64_t read_u64_le(const unsigned char* p) {
     return v;
 }
 
-// Parses the header, rejecting duplicate keys (nlohmann keeps the last one silently) and nesting
-// deeper than the format has (so hostile input cannot build deep trees).
-inline Json parse_header_json(const char* begin, const char* end, const std::string& source) {
-    // keys[d]: the keys seen in the object currently open at depth d - 1.
-    std::vector<std::set<std::string>> keys(4);
-    auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-        // root object (0) -> tensor entry (1) -> field (2) -> shape element (3)
-        if (depth > 3 || (depth == 3 && (event == Json::parse_event_t::object_start ||
-                                         event == Json::parse_event_t::array_start)))
-            fail(source, ": header JSON nests deeper than the safetensors format allows");
-        if (event == Json::parse_event_t::object_start) {
-            keys[static_cast<size_t>(depth) + 1].clear();
-        } else if (event == Json::parse_event_t::key) {
-            const std::string& key = parsed.get_ref<const std::string&>();
-            if (!keys[static_cast<size_t>(depth)].insert(key).second) {
-                if (depth == 1) fail(source, ": duplicate tensor name '", key, "' in the header");
-                fail(source, ": duplicate key '", key, "' inside a header entry");
-            }
-        }
+// A first pass over the header as SAX events: rejects duplicate keys (nlohmann's DOM keeps the
+// last one silently) and nesting deeper than the format has (so hostile input cannot build deep
+// trees), and records the root object's keys in header order. Linear in the header: nlohmann's
+// callback parser, used before, scans the whole parent object after every entry it keeps, which
+// made a header of N tensors parse in O(N^2) (29 s for 100k tensors).
+class HeaderScan {
+public:
+    HeaderScan(const std::string& source, std::vector<std::string>& order)
+        : source_(source), order_(order) {}
+
+    bool null() { return true; }
+    bool boolean(bool) { return true; }
+    bool number_integer(Json::number_integer_t) { return true; }
+    bool number_unsigned(Json::number_unsigned_t) { return true; }
+    bool number_float(Json::number_float_t, const Json::string_t&) { return true; }
+    bool string(Json::string_t&) { return true; }
+    bool binary(Json::binary_t&) { return true; }
+    bool start_object(std::size_t) {
+        open();
+        keys_[depth_].clear();
         return true;
-    };
+    }
+    bool key(Json::string_t& key) {
+        if (!keys_[depth_].insert(key).second) {
+            if (depth_ == 1) fail(source_, ": duplicate tensor name '", key, "' in the header");
+            fail(source_, ": duplicate key '", key, "' inside a header entry");
+        }
+        if (depth_ == 1) order_.push_back(key);
+        return true;
+    }
+    bool end_object() { return close(); }
+    bool start_array(std::size_t) {
+        open();
+        return true;
+    }
+    bool end_array() { return close(); }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+        fail(source_, ": header is not valid JSON (", e.what(), ")");
+    }
+
+private:
+    // root object (1) -> tensor entry (2) -> shape or data_offsets array (3), nothing deeper.
+    static constexpr size_t kMaxDepth = 3;
+    void open() {
+        if (++depth_ > kMaxDepth)
+            fail(source_, ": header JSON nests deeper than the safetensors format allows");
+    }
+    bool close() {
+        --depth_;
+        return true;
+    }
+
+    const std::string& source_;
+    std::vector<std::string>& order_;
+    size_t depth_ = 0;
+    std::set<std::string> keys_[kMaxDepth + 1];  // keys of the object open at each depth
+};
+
+// Parses the header; `order` receives the root object's keys in header order.
+inline Json parse_header_json(const char* begin, const char* end, const std::string& source,
+                              std::vector<std::string>& order) {
     // The header is exactly the JSON, padded with spaces at most. nlohmann's parser takes a NUL
     // byte for the end of its input, so JSON followed by NUL and anything would parse: refuse it.
     if (const void* nul = std::memchr(begin, '\0', static_cast<size_t>(end - begin)))
         fail(source, ": header holds a NUL byte at offset ",
              static_cast<const char*>(nul) - begin + 8,
              " (the header is JSON padded with spaces; nothing else may follow it)");
+    HeaderScan scan(source, order);
     try {
-        return Json::parse(begin, end, callback);
+        Json::sax_parse(begin, end, &scan);
+        return Json::parse(begin, end);
     } catch (const nlohmann::json::exception& e) {
         fail(source, ": header is not valid JSON (", e.what(), ")");
     }
@@ -373,7 +417,9 @@ inline TensorFile parse_safetensors(const void* data, size_t size,
     const unsigned char* buffer = bytes + 8 + header_size;
     const uint64_t buffer_size = size - 8 - header_size;
 
-    const detail::Json root = detail::parse_header_json(header, header + header_size, source);
+    std::vector<std::string> order;
+    const detail::Json root =
+        detail::parse_header_json(header, header + header_size, source, order);
     check(root.is_object(), source, ": header must be a JSON object, got ", root.type_name());
 
     TensorFile file;
@@ -384,12 +430,12 @@ inline TensorFile parse_safetensors(const void* data, size_t size,
     };
     std::vector<Range> ranges;
     std::vector<Tensor> tensors;
-    for (const auto& item : root.items()) {
-        const std::string& name = item.key();
+    for (const std::string& name : order) {
+        const detail::Json& value = root.at(name);
         if (name == TensorFile::kMetadataKey) {
-            check(item.value().is_object(), source, ": __metadata__ must be an object, got ",
-                  item.value().type_name());
-            for (const auto& kv : item.value().items()) {
+            check(value.is_object(), source, ": __metadata__ must be an object, got ",
+                  value.type_name());
+            for (const auto& kv : value.items()) {
                 check(kv.value().is_string(), source, ": __metadata__ value of '", kv.key(),
                       "' must be a string, got ", kv.value().dump());
                 file.metadata[kv.key()] = kv.value().get<std::string>();
@@ -398,7 +444,7 @@ inline TensorFile parse_safetensors(const void* data, size_t size,
         }
         Tensor t;
         uint64_t begin = 0, end = 0;
-        detail::parse_entry(name, item.value(), buffer_size, source, t, begin, end);
+        detail::parse_entry(name, value, buffer_size, source, t, begin, end);
         ranges.push_back({begin, end, tensors.size()});
         tensors.push_back(std::move(t));
     }
@@ -469,19 +515,21 @@ inline std::vector<unsigned char> serialize_safetensors(const TensorFile& file) 
         offset += want;
     }
 
-    detail::Json header = detail::Json::object();
-    if (!file.metadata.empty()) {
-        detail::Json meta = detail::Json::object();
-        for (const auto& kv : file.metadata) meta[kv.first] = kv.second;
-        header[TensorFile::kMetadataKey] = meta;
-    }
+    // Written entry by entry in the tensors' order (names escaped by the JSON library): linear
+    // in the number of tensors, where building one JSON object that keeps insertion order is not.
+    std::string text = "{";
+    if (!file.metadata.empty())
+        text += detail::Json(TensorFile::kMetadataKey).dump() + ":" +
+                detail::Json(file.metadata).dump();
     for (size_t k = 0; k < tensors.size(); ++k) {
         const Tensor& t = tensors[k];
-        header[t.name] = {{"dtype", to_string(t.dtype)},
-                          {"shape", t.shape},
-                          {"data_offsets", {begin[k], begin[k] + t.bytes.size()}}};
+        const detail::Json entry = {{"dtype", to_string(t.dtype)},
+                                    {"shape", t.shape},
+                                    {"data_offsets", {begin[k], begin[k] + t.bytes.size()}}};
+        if (text.size() > 1) text += ",";
+        text += detail::Json(t.name).dump() + ":" + entry.dump();
     }
-    std::string text = header.dump();
+    text += "}";
     text.append((8 - text.size() % 8) % 8, ' ');
 
     std::vector<unsigned char> out(8 + text.size() + offset);
