@@ -207,6 +207,20 @@ public:
         fail(source, ": no tensor named '", name, "'; the file has ", name_list());
     }
 
+    // The tensors whose names start with `prefix`, in header order; found through the sorted
+    // name index, so asking for many prefixes costs O(matches log n) each, not a scan each.
+    std::vector<const Tensor*> with_prefix(const std::string& prefix) const {
+        std::vector<size_t> hits;
+        for (auto it = index_.lower_bound(prefix);
+             it != index_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+            hits.push_back(it->second);
+        std::sort(hits.begin(), hits.end());
+        std::vector<const Tensor*> out;
+        out.reserve(hits.size());
+        for (size_t k : hits) out.push_back(&tensors_[k]);
+        return out;
+    }
+
     // "'a', 'b', 'c'" (or "no tensors"), for messages.
     std::string name_list() const {
         if (tensors_.empty()) return "no tensors";

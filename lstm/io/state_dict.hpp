@@ -79,9 +79,9 @@ inline bool entry_matches(const ParamEntry& e, const Tensor& t) {
 // checks that exactly the expected tensors are present with the expected shapes and a floating
 // dtype; the error lists every missing, extra and mis-shaped tensor at once.
 inline Config infer_lstm_config(const TensorFile& file, const std::string& prefix = "") {
-    std::vector<const Tensor*> ours;
-    for (const Tensor& t : file.tensors())
-        if (t.name.compare(0, prefix.size(), prefix) == 0) ours.push_back(&t);
+    // Through the name index: lstm_tool info infers a config for every candidate prefix, and a
+    // scan of the whole file per prefix made that quadratic in the number of tensors.
+    const std::vector<const Tensor*> ours = file.with_prefix(prefix);
     const std::string where = file.source + (prefix.empty() ? "" : " (prefix '" + prefix + "')");
 
     const Tensor* w0 = file.find(prefix + "weight_ih_l0");
