@@ -103,8 +103,7 @@ TEST_CASE("a model's logits() are what its loss was computed from", "[nn]") {
     }
 }
 
-TEST_CASE("the final-state head reads cat(hn[-2], hn[-1]) and its gradients are exact",
-          "[nn]") {
+TEST_CASE("the final-state head reads cat(hn[-2], hn[-1]) and its gradients are exact", "[nn]") {
     nn::ModelConfig mc;
     mc.lstm = Config{3, 4, 2, true};
     mc.classes = 3;

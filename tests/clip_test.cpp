@@ -17,7 +17,8 @@ using lstm::nn::clip_grad_norm;
 TEST_CASE("clip_grad_norm gives PyTorch's norm and clipped gradients", "[nn]") {
     std::vector<float> a = {0.5f, -1.5f, 2.0f}, b = {0.25f, -0.75f, 1.0f, 3.0f};
     const double norm = clip_grad_norm<float>({Span<float>(a), Span<float>(b)}, 1.0);
-    // sqrt(17.125) = 4.13823634; PyTorch sums in float32 and prints 4.13823652, this sums in double.
+    // sqrt(17.125) = 4.13823634; PyTorch sums in float32 and prints 4.13823652, this sums in
+    // double.
     CHECK(norm == Approx(4.13823652).epsilon(1e-7));
     LSTM_CHECK_CLOSE(lstm::test::compare(
         "a", a, std::vector<double>{0.120824389, -0.36247316, 0.483297557}, 1e-7, 1e-7));

@@ -6,7 +6,6 @@
 // make the linker take that object, they resolve; otherwise they stay null, the registry has no
 // `onednn`, and nothing of oneDNN is linked. Not for user code.
 
-
 #include "lstm/variant.hpp"
 
 extern "C" {
