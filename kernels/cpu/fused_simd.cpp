@@ -254,6 +254,10 @@ HWY_INLINE void prefetch_rows(const float* p, int64_t ld, int64_t rows, int64_t 
 constexpr int64_t lines_of(int vecs) { return (vecs * kLanes + kUnitBlock - 1) / kUnitBlock; }
 
 // ---- operand accessors of the micro-kernel ----------------------------------------------------
+// RowsA and PackedA repeat avx512_gemm.hpp's on purpose: those are compiled under an AVX-512
+// target pragma, these once per Highway target. One shared inline definition would be emitted
+// with different instruction sets in different objects, and the linker keeps whichever copy it
+// meets first, so an AVX2-only CPU could end up running the AVX-512 one.
 
 // A row-major: element (i, k) at p[i * ld + k].
 struct RowsA {
