@@ -10,8 +10,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -288,6 +290,81 @@ void check_random_batches(const std::vector<BatchShape>& shapes, uint64_t seed, 
                         check_against_reference(c, got, lstm::reference::ctc_reference(c));
                         CHECK(lstm::test::all_finite(got.grad));
                     }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-finite input
+// ---------------------------------------------------------------------------------------------
+
+// Counts the elements of a sample's frames [t0, t1) that fail `bad`, and describes the first few.
+template <typename T, typename Bad>
+int64_t count_bad(const std::vector<T>& grad, const CtcReferenceCase& c, int64_t n, int64_t t0,
+                  int64_t t1, Bad bad, std::string* where) {
+    int64_t count = 0;
+    for (int64_t t = t0; t < t1; ++t)
+        for (int64_t k = 0; k < c.classes; ++k) {
+            const double g = static_cast<double>(grad[(t * c.batch + n) * c.classes + k]);
+            if (!bad(g)) continue;
+            if (++count <= 4)
+                *where += " [t " + std::to_string(t) + " class " + std::to_string(k) +
+                          "] = " + std::to_string(g);
+        }
+    return count;
+}
+
+// PyTorch's semantics for input without a defined distribution: sample 0's valid frames hold
+// `value` (NaN, +inf, or for logits a whole frame of -inf), so its loss is NaN and its gradient is
+// NaN on every valid frame, whatever zero_infinity says; its padded frame stays exact zeros; NaN
+// on a padded frame of sample 2 is never read; samples 1 and 2 are bit-identical to the clean
+// run, which is checked against the reference. `run(case)` runs a case.
+template <typename T, typename Run>
+void check_poisoned_sample(Run run) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (const bool logits : {true, false}) {
+        for (const bool zero_infinity : {false, true}) {
+            for (const double value : {nan, kInf, -kInf}) {
+                if (!logits && value == -kInf) continue;  // a -inf log-prob is probability 0
+                INFO((logits ? "logits" : "log_probs")
+                     << " zero_infinity " << zero_infinity << ", poison " << value);
+                CtcReferenceCase clean = random_case(6, {5, 6, 4}, {2, 3, 1}, 5, 0, 91);
+                clean.logits = logits;
+                if (!logits) clean.input = lstm::reference::log_softmax_rows(clean.input, 5);
+                clean.zero_infinity = zero_infinity;
+                clean = rounded<T>(clean);
+                CtcReferenceCase poisoned = clean;
+                auto at = [&](int64_t t, int64_t n, int64_t k) -> double& {
+                    return poisoned.input[static_cast<size_t>((t * 3 + n) * 5 + k)];
+                };
+                if (value == -kInf) {
+                    for (int64_t k = 0; k < 5; ++k) at(2, 0, k) = value;
+                } else {
+                    at(2, 0, 1) = value;
+                }
+                at(5, 2, 3) = nan;  // frame 5 of sample 2 (4 frames) is padding
+                const auto want = run(clean);
+                const auto got = run(poisoned);
+                check_against_reference(clean, want, lstm::reference::ctc_reference(clean));
+                CHECK(std::isnan(static_cast<double>(got.loss)));
+                CHECK(std::isnan(static_cast<double>(got.losses[0])));
+                std::string where;
+                CHECK(count_bad(
+                          got.grad, clean, 0, 0, 5, [](double g) { return !std::isnan(g); },
+                          &where) == 0);
+                CHECK(count_bad(
+                          got.grad, clean, 0, 5, 6, [](double g) { return g != 0.0; }, &where) ==
+                      0);
+                INFO("not NaN on a valid frame, or not 0 on padding:" << where);
+                CHECK(where.empty());
+                for (int64_t n = 1; n < 3; ++n) {
+                    INFO("sample " << n);
+                    CHECK(std::memcmp(&got.losses[n], &want.losses[n], sizeof(T)) == 0);
+                    for (int64_t t = 0; t < 6; ++t)
+                        CHECK(std::memcmp(&got.grad[(t * 3 + n) * 5], &want.grad[(t * 3 + n) * 5],
+                                          5 * sizeof(T)) == 0);
                 }
             }
         }

@@ -60,14 +60,13 @@ void butterfly(V (&lanes)[kc::kWarpLanes], Op op) {
 // ctc_log_norm_kernel: a warp per frame.
 template <typename T>
 void emulate_log_norm(const kc::CtcArgs<T>& a) {
-    if (!a.logits) return;
     for (int64_t frame = 0; frame < a.max_time * a.batch; ++frame) {
         if (!kc::ctc_frame_valid(a, frame)) continue;
         double max[kc::kWarpLanes], sum[kc::kWarpLanes];
         for (int l = 0; l < kc::kWarpLanes; ++l) max[l] = kc::ctc_norm_lane_max(a, frame, l);
         butterfly(max, [](double x, double y) { return kc::loss_max(x, y); });
         for (int l = 0; l < kc::kWarpLanes; ++l)
-            sum[l] = kc::ctc_norm_lane_sum(a, frame, l, max[l]);
+            sum[l] = a.logits ? kc::ctc_norm_lane_sum(a, frame, l, max[l]) : 0.0;
         butterfly(sum, [](double x, double y) { return x + y; });
         for (int l = 0; l < kc::kWarpLanes; ++l) kc::ctc_norm_store(a, frame, l, max[l], sum[l]);
     }
@@ -270,6 +269,66 @@ TEMPLATE_TEST_CASE("cuda ctc kernels: infeasible samples get +inf (or 0) and a z
             }
             if (!zero_infinity) CHECK(static_cast<double>(got.loss) == kInf);
             check_against_reference(c, got, lstm::reference::ctc_reference(rounded<T>(c)));
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE(
+    "cuda ctc kernels: input NaN or +inf on a valid frame gives NaN loss and gradient",
+    "[cuda_loss_host]", float, double) {
+    using T = TestType;
+    lstm::test::ctc::check_poisoned_sample<T>(
+        [](const CtcReferenceCase& c) { return emulate_ctc<T>(c); });
+}
+
+TEMPLATE_TEST_CASE(
+    "cuda ctc cuDNN glue: poisoned samples NaN, infeasible +inf or 0, the rest scaled",
+    "[cuda_loss_host]", float, double) {
+    using T = TestType;
+    // Two samples over T = 3, C = 2: sample 0 (2 frames) has NaN in its frame 1, sample 1 (3
+    // frames) is clean. cuDNN's costs cannot tell them apart (+inf and NaN both come out of
+    // cuDNN for bad input); only the normalizer check can.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const kc::CtcSample samples[2] = {{0, 0, 2, 1, 0.5}, {0, 0, 3, 1, 0.25}};
+    for (const bool zero_infinity : {false, true}) {
+        for (const float sample1_cost : {3.5f, std::numeric_limits<float>::quiet_NaN()}) {
+            INFO("zero_infinity " << zero_infinity << ", cost of the clean sample "
+                                  << sample1_cost);
+            double log_norm[6] = {0.1, 0.2, nan, 0.3, 0.0, 0.4};  // (t, n)
+            double loglik[2], losses[2];
+            T losses_out[2];
+            std::vector<T> grad(3 * 2 * 2, T(1));
+            kc::CtcArgs<T> a;
+            a.max_time = 3;
+            a.batch = 2;
+            a.classes = 2;
+            a.zero_infinity = zero_infinity;
+            a.samples = samples;
+            a.log_norm = log_norm;
+            a.loglik = loglik;
+            a.losses = losses;
+            a.losses_out = losses_out;
+            a.grad = grad.data();
+            const float costs[2] = {std::numeric_limits<float>::infinity(), sample1_cost};
+            for (int64_t n = 0; n < 2; ++n) kc::ctc_cudnn_finish_sample(a, costs, n);
+            for (int64_t i = 0; i < 12; ++i) kc::ctc_cudnn_scale_grad(a, i);
+            CHECK(std::isnan(losses[0]));
+            CHECK(std::isnan(static_cast<double>(losses_out[0])));
+            const double want1 = std::isnan(sample1_cost) ? (zero_infinity ? 0.0 : kInf) : 3.5;
+            CHECK(losses[1] == want1);
+            CHECK(static_cast<double>(losses_out[1]) == want1);
+            for (int64_t t = 0; t < 3; ++t) {
+                for (int64_t k = 0; k < 2; ++k) {
+                    INFO("t " << t << " class " << k);
+                    const double g0 = static_cast<double>(grad[(t * 2 + 0) * 2 + k]);
+                    const double g1 = static_cast<double>(grad[(t * 2 + 1) * 2 + k]);
+                    if (t < 2)
+                        CHECK(std::isnan(g0));
+                    else
+                        CHECK(g0 == 0.0);
+                    CHECK(g1 == (std::isnan(sample1_cost) ? 0.0 : 0.25));
+                }
+            }
         }
     }
 }

@@ -93,7 +93,9 @@ template <typename T>
 struct CtcProblem {
     int64_t max_time = 0, batch = 0, classes = 0;
     // (max_time, batch, classes) time-major, contiguous. Logits (softmax applied inside) when
-    // `logits` is true, else log-probabilities used as given (-inf allowed, NaN/+inf not).
+    // `logits` is true, else log-probabilities used as given (-inf allowed). A sample with NaN or
+    // +inf on a valid frame (or a logits frame of all -inf) gets loss NaN and a NaN gradient on
+    // its valid frames.
     const T* input = nullptr;
     bool logits = true;
     // Labels of sample n: targets[n * target_stride + i] (padded (batch, target_stride)), or with
@@ -124,7 +126,7 @@ inline size_t ctc_workspace_bytes(int64_t max_time, int64_t batch, int64_t class
 }
 
 // Computes every sample's loss -log p(labels | input) in double: +inf when no alignment has
-// nonzero probability, 0 instead of +inf under zero_infinity. Returns them as an array of
+// nonzero probability, 0 instead of +inf under zero_infinity, NaN for NaN/+inf input. Returns them as an array of
 // p.batch doubles inside the workspace, valid until the workspace is reused. When p.grad is set,
 // overwrites it with the gradient of sum_n scale_n * loss_n w.r.t. the input as given (scale_n as
 // described in CtcProblem); padded frames and samples with an infinite loss get exact zeros.

@@ -281,6 +281,32 @@ double LoadFrame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT 
     return max + std::log(layout::fixed_order_sum(work, classes));
 }
 
+// Whether every entry of row[0..count) is below +inf (false for NaN and +inf). The row's slack
+// past count must hold -inf (which passes), so whole vectors need no remainder loop.
+HWY_INLINE bool BelowInf(const double* HWY_RESTRICT row, int64_t count) {
+    const Df d;
+    const auto inf = hn::Set(d, std::numeric_limits<double>::infinity());
+    auto below = hn::Lt(hn::LoadU(d, row), inf);
+    for (int64_t k = static_cast<int64_t>(hn::Lanes(d)); k < count;
+         k += static_cast<int64_t>(hn::Lanes(d)))
+        below = hn::And(below, hn::Lt(hn::LoadU(d, row + k), inf));
+    return hn::AllTrue(d, below);
+}
+
+// A sample whose valid frames hold NaN or +inf (or, for logits, a frame with every class -inf:
+// no distribution) has no defined loss: loss NaN and a NaN gradient on every valid frame, as
+// PyTorch gives, so that bad input shows instead of passing for an infeasible sample. Padded
+// frames still get exact zeros.
+template <typename T>
+double Poisoned(T* grad, const CtcSampleDims& dims) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (!grad) return nan;
+    for (int64_t t = 0; t < dims.max_time; ++t)
+        std::fill(grad + t * dims.stride, grad + t * dims.stride + dims.classes,
+                  t < dims.frames ? static_cast<T>(nan) : T(0));
+    return nan;
+}
+
 template <typename T>
 double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
               const CtcScratch& ws) {
@@ -305,6 +331,7 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
         if (t + kAhead < frames)
             layout::prefetch_row(input + (t + kAhead) * stride, classes, false);
         const double norm = LoadFrame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
+        if (!BelowInf(ws.frame, classes) || !(norm > kNegInf)) return Poisoned(grad, dims);
         double* e = ws.emit + t * erow;
         ws.log_norm[t] = norm;
         e[0] = ws.frame[dims.blank] - norm;

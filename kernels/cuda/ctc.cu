@@ -18,7 +18,8 @@ __global__ void ctc_log_norm_kernel(CtcArgs<T> a) {
     // Whole warps leave together, so the shuffles below always see all 32 lanes.
     if (frame >= a.max_time * a.batch || !ctc_frame_valid(a, frame)) return;
     const double max = warp_max(ctc_norm_lane_max(a, frame, lane));
-    const double sum = warp_sum(ctc_norm_lane_sum(a, frame, lane, max));
+    // Uniform across the warp: log-probs need only the check in max.
+    const double sum = a.logits ? warp_sum(ctc_norm_lane_sum(a, frame, lane, max)) : 0.0;
     ctc_norm_store(a, frame, lane, max, sum);
 }
 
@@ -81,7 +82,7 @@ constexpr int64_t kMaxElementBlocks = 4096;
 template <typename T>
 cudaError_t launch_ctc_log_norm(const CtcArgs<T>& a, cudaStream_t stream) {
     const int64_t frames = a.max_time * a.batch;
-    if (!a.logits || frames == 0) return cudaSuccess;
+    if (frames == 0) return cudaSuccess;
     const int64_t blocks = (frames + kCtcNormWarps - 1) / kCtcNormWarps;
     ctc_log_norm_kernel<T><<<static_cast<unsigned>(blocks),
                              static_cast<unsigned>(kCtcNormWarps * kWarpLanes), 0, stream>>>(a);

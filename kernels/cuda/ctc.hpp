@@ -14,12 +14,13 @@
 
 namespace lstm::kernels::cuda {
 
-// Overwrites a.log_norm for every valid frame (logits only; nothing to do for log-probs).
+// Overwrites a.log_norm for every valid frame: the log-softmax normalizer (logits) or 0
+// (log-probs), NaN where the frame holds NaN or +inf (ctc_norm_store). Every other launch reads it.
 template <typename T>
 cudaError_t launch_ctc_log_norm(const CtcArgs<T>& a, cudaStream_t stream);
 
 // Overwrites a.alpha, a.beta (and a.ring when the rings do not fit in shared memory), then
-// a.loglik, a.losses and a.losses_out (when given). Needs a.log_norm for logits.
+// a.loglik, a.losses and a.losses_out (when given). Needs a.log_norm.
 template <typename T>
 cudaError_t launch_ctc_recursions(const CtcArgs<T>& a, cudaStream_t stream);
 
@@ -29,7 +30,7 @@ cudaError_t launch_ctc_gradient(const CtcArgs<T>& a, cudaStream_t stream);
 
 // After cuDNN's CTC: costs (batch floats, device) into a.loglik, a.losses, a.losses_out; then,
 // when a.grad is set (cuDNN's softmax - posterior), scales it per sample and zeroes it for
-// infeasible samples.
+// infeasible samples (NaN for poisoned ones). Needs a.log_norm.
 template <typename T>
 cudaError_t launch_ctc_cudnn_finish(const CtcArgs<T>& a, const float* costs, cudaStream_t stream);
 

@@ -5,7 +5,8 @@
 // and compares it with lstm/reference/ctc_reference.hpp. Semantics are lstm::loss::ctc_loss's
 // (docs/ctc.md); the design is described there under "On the GPU". In short, three kernels:
 //
-//   1. log-softmax normalizers (logits only): one warp per valid frame (t, n), in double.
+//   1. log-softmax normalizers: one warp per valid frame (t, n), in double; for log-probs only
+//      the check for NaN and +inf (such a frame makes its sample's loss and gradient NaN).
 //   2. the recursions: grid (N, 2). Block (n, 0) runs alpha of sample n forward in time, block
 //      (n, 1) runs beta backward, at the same time. Thread j owns the states s = j, j + threads,
 //      ... of the extended label sequence (2 L + 1 states, any L: a thread takes as many states as
@@ -71,13 +72,17 @@ LSTM_HOST_DEVICE bool ctc_frame_valid(const CtcArgs<T>& a, int64_t frame) {
     return frame / a.batch < a.samples[frame % a.batch].frames;
 }
 
-// This lane's maximum logit of the frame in double (-inf when it has no class).
+// This lane's maximum input of the frame in double (-inf when it has no class), or +inf when one
+// of its inputs is NaN or +inf (a maximum would drop a NaN: the comparison is false).
 template <typename T>
 LSTM_HOST_DEVICE double ctc_norm_lane_max(const CtcArgs<T>& a, int64_t frame, int lane) {
     const T* x = a.input + frame * a.classes;
     double max = kLossNegInf;
-    for (int64_t c = lane; c < a.classes; c += kWarpLanes)
-        max = loss_max(max, static_cast<double>(x[c]));
+    for (int64_t c = lane; c < a.classes; c += kWarpLanes) {
+        const double v = static_cast<double>(x[c]);
+        max = v < -kLossNegInf ? loss_max(max, v) : -kLossNegInf;
+        if (!(max < -kLossNegInf)) break;
+    }
     return max;
 }
 
@@ -92,11 +97,26 @@ LSTM_HOST_DEVICE double ctc_norm_lane_sum(const CtcArgs<T>& a, int64_t frame, in
     return sum;
 }
 
-// Lane 0 stores the normalizer max + log(sum) of the frame (the warp's max and sum).
+// Lane 0 stores the normalizer max + log(sum) of the frame (the warp's max and sum) for logits,
+// 0 for log-probs, and NaN for a frame without a defined distribution: an input NaN or +inf, or
+// logits all -inf. ctc_sample_poisoned reads the NaN.
 template <typename T>
 LSTM_HOST_DEVICE void ctc_norm_store(const CtcArgs<T>& a, int64_t frame, int lane, double max,
                                      double sum) {
-    if (lane == 0) a.log_norm[frame] = max + log(sum);
+    if (lane != 0) return;
+    const bool defined = max < -kLossNegInf && (!a.logits || max > kLossNegInf);
+    a.log_norm[frame] = !defined ? kLossNaN : a.logits ? max + log(sum) : 0.0;
+}
+
+// Whether a valid frame of sample n has no defined distribution (log_norm holds NaN there).
+template <typename T>
+LSTM_HOST_DEVICE bool ctc_sample_poisoned(const CtcArgs<T>& a, int64_t n) {
+    const int64_t frames = a.samples[n].frames;
+    for (int64_t t = 0; t < frames; ++t) {
+        const double norm = a.log_norm[t * a.batch + n];
+        if (!(norm == norm)) return true;
+    }
+    return false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,15 +223,18 @@ LSTM_HOST_DEVICE void ctc_recursion_step(const CtcArgs<T>& a, int64_t n, bool ba
 }
 
 // After the last alpha step (and a barrier), thread 0 of the alpha block: the log-likelihood
-// from the last row, the per-sample loss (+inf when infeasible, 0 instead under zero_infinity).
+// from the last row, the per-sample loss (+inf when infeasible, 0 instead under zero_infinity;
+// NaN, never hidden, when the sample's input is poisoned).
 template <typename T>
 LSTM_HOST_DEVICE void ctc_alpha_finish(const CtcArgs<T>& a, int64_t n) {
     const CtcSample sample = a.samples[n];
     const int64_t states = 2 * int64_t{sample.labels} + 1;
     const double* last = a.alpha + sample.state_offset + (sample.frames - 1) * states;
-    const double loglik =
-        states == 1 ? last[0] : log_sum_exp3(last[states - 1], last[states - 2], kLossNegInf);
-    const bool infinite = !(loglik > kLossNegInf);
+    const double loglik = ctc_sample_poisoned(a, n) ? kLossNaN
+                          : states == 1
+                              ? last[0]
+                              : log_sum_exp3(last[states - 1], last[states - 2], kLossNegInf);
+    const bool infinite = loglik == kLossNegInf;
     const double loss = infinite && a.zero_infinity ? 0.0 : -loglik;
     a.loglik[n] = loglik;
     a.losses[n] = loss;
@@ -225,6 +248,14 @@ LSTM_HOST_DEVICE void ctc_alpha_finish(const CtcArgs<T>& a, int64_t n) {
 template <typename T>
 LSTM_HOST_DEVICE bool ctc_grad_live(const CtcArgs<T>& a, int64_t frame) {
     return ctc_frame_valid(a, frame) && a.loglik[frame % a.batch] > kLossNegInf;
+}
+
+// The gradient of a frame that is not live: NaN on the valid frames of a poisoned sample (its
+// loglik is NaN), exact zero on padded frames and for infeasible samples.
+template <typename T>
+LSTM_HOST_DEVICE T ctc_grad_dead_value(const CtcArgs<T>& a, int64_t frame) {
+    const double loglik = a.loglik[frame % a.batch];
+    return ctc_frame_valid(a, frame) && !(loglik == loglik) ? static_cast<T>(kLossNaN) : T(0);
 }
 
 // Occupation probability of state s at frame t: e^(alpha + b - loglik).
@@ -246,8 +277,8 @@ LSTM_HOST_DEVICE T ctc_grad_value(const CtcArgs<T>& a, int64_t frame, double sca
 }
 
 // Phase 1, thread j: writes every class's gradient as if its posterior were 0 (the label classes
-// and the blank are overwritten in phase 3, after a barrier), exact zeros on padded frames and for
-// infeasible samples; leaves the thread's share of the blank posterior (blank states j, j +
+// and the blank are overwritten in phase 3, after a barrier), ctc_grad_dead_value on frames that
+// are not live; leaves the thread's share of the blank posterior (blank states j, j +
 // threads, ... in order) in partial[j].
 template <typename T>
 LSTM_HOST_DEVICE void ctc_grad_base(const CtcArgs<T>& a, int64_t frame, int64_t thread,
@@ -255,7 +286,8 @@ LSTM_HOST_DEVICE void ctc_grad_base(const CtcArgs<T>& a, int64_t frame, int64_t 
     T* g = a.grad + frame * a.classes;
     partial[thread] = 0.0;
     if (!ctc_grad_live(a, frame)) {
-        for (int64_t c = thread; c < a.classes; c += threads) g[c] = T(0);
+        const T dead = ctc_grad_dead_value(a, frame);
+        for (int64_t c = thread; c < a.classes; c += threads) g[c] = dead;
         return;
     }
     const int64_t n = frame % a.batch, t = frame / a.batch;
@@ -298,12 +330,18 @@ LSTM_HOST_DEVICE void ctc_grad_labels(const CtcArgs<T>& a, int64_t frame, int64_
 // cuDNN fast path: turning cuDNN's results into ctc_loss's
 // ---------------------------------------------------------------------------------------------
 
-// Sample n after cuDNN (float, logits): its cost as the per-sample loss (+inf when not finite,
-// then 0 under zero_infinity), in losses, losses_out and loglik.
+// Sample n after cuDNN (float, logits) and the normalizer kernel's check: NaN for a poisoned
+// sample, else its cost as the per-sample loss (+inf when not finite, then 0 under
+// zero_infinity), in losses, losses_out and loglik.
 template <typename T>
 LSTM_HOST_DEVICE void ctc_cudnn_finish_sample(const CtcArgs<T>& a, const float* costs, int64_t n) {
     const double cost = static_cast<double>(costs[n]);
-    // NaN compares false: a NaN cost counts as infeasible, never propagates.
+    if (ctc_sample_poisoned(a, n)) {
+        a.loglik[n] = a.losses[n] = kLossNaN;
+        if (a.losses_out) a.losses_out[n] = static_cast<T>(kLossNaN);
+        return;
+    }
+    // Clean input: a cost that is not finite (NaN compares false) means infeasible.
     const bool finite = cost < -kLossNegInf && cost > kLossNegInf;
     a.loglik[n] = finite ? -cost : kLossNegInf;
     const double loss = finite ? cost : (a.zero_infinity ? 0.0 : -kLossNegInf);
@@ -312,14 +350,14 @@ LSTM_HOST_DEVICE void ctc_cudnn_finish_sample(const CtcArgs<T>& a, const float* 
 }
 
 // Gradient element `index` of (max_time, batch, classes) after cuDNN wrote softmax - posterior:
-// times the sample's scale, exact zero for infeasible samples and padded frames.
+// times the sample's scale, ctc_grad_dead_value on frames that are not live.
 template <typename T>
 LSTM_HOST_DEVICE void ctc_cudnn_scale_grad(const CtcArgs<T>& a, int64_t index) {
     const int64_t frame = index / a.classes;
     a.grad[index] =
         ctc_grad_live(a, frame)
             ? static_cast<T>(a.samples[frame % a.batch].scale * static_cast<double>(a.grad[index]))
-            : T(0);
+            : ctc_grad_dead_value(a, frame);
 }
 
 }  // namespace lstm::kernels::cuda

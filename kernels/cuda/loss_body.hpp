@@ -18,6 +18,8 @@ namespace lstm::kernels::cuda {
 
 // Double -inf: impossible CTC states. Device code reads it as a compile-time constant.
 constexpr double kLossNegInf = -std::numeric_limits<double>::infinity();
+// NaN: a CTC sample whose input has no defined distribution (NaN or +inf).
+constexpr double kLossNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Lanes of a warp: the CE row kernel and the CTC normalizer work one warp per row.
 constexpr int kWarpLanes = 32;

@@ -53,9 +53,12 @@ namespace lstm::loss {
 template <typename T>
 struct CtcArgs {
     // (T, N, C) time-major, contiguous: unnormalized scores, softmax over C applied inside.
-    // Must be finite (-inf is allowed: that class then has probability 0).
+    // -inf is allowed (that class then has probability 0). A sample with NaN or +inf on a valid
+    // frame, or a frame of all -inf, gets loss NaN and a NaN gradient on its valid frames
+    // (PyTorch's behaviour; zero_infinity does not hide it).
     TensorView<const T> logits;
-    // (T, N, C) time-major, contiguous: log-probabilities, used as given (-inf allowed).
+    // (T, N, C) time-major, contiguous: log-probabilities, used as given (-inf allowed; NaN and
+    // +inf as for logits).
     TensorView<const T> log_probs;
     // Labels, int64: padded (N, S), row n holding sample n's labels in its first
     // target_lengths[n] entries (the rest is never read); or concatenated 1-D
@@ -86,7 +89,8 @@ template <typename T>
 struct CtcOutputs {
     TensorView<T> grad_logits;     // (T, N, C): only together with CtcArgs::logits
     TensorView<T> grad_log_probs;  // (T, N, C): only together with CtcArgs::log_probs
-    TensorView<T> losses;          // (N): each sample's unreduced loss (+inf or 0 if infeasible)
+    // (N): each sample's unreduced loss (+inf or 0 if infeasible, NaN if its input is NaN/+inf)
+    TensorView<T> losses;
 };
 
 // Bytes of workspace for any call with T <= max_time, N <= batch, C <= classes and every target

@@ -156,6 +156,9 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
                 std::copy(shape, shape + 5, plan.cudnn_shape);
             }
             const CudnnCtcPlan& cudnn = *plan.cudnn;
+            // cuDNN's costs cannot tell NaN input from an infeasible sample; the normalizer
+            // kernel's check can.
+            LSTM_CUDA_CHECK(kc::launch_ctc_log_norm(a, impl.stream));
             const auto* lengths32 = reinterpret_cast<const int*>(base + layout.lengths32);
             auto* costs = reinterpret_cast<float*>(base + layout.costs);
             LSTM_CUDNN_CHECK(cudnnCTCLoss_v8(

@@ -278,7 +278,7 @@ private:
             args.context = lstm_.context();
             const T loss = loss::ctc_loss(args, out);
             check(
-                !config_.ctc.infeasible_is_error || std::isfinite(static_cast<double>(loss)),
+                !config_.ctc.infeasible_is_error || !std::isinf(static_cast<double>(loss)),
                 "ctc head: the batch loss is ", loss,
                 ": at least one sample's input is too short for its labels (infeasible_is_error)");
             return loss;
