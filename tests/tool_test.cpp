@@ -473,6 +473,75 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
                           "input_lengths[1] = 9 exceeds T = 8");
 }
 
+TEST_CASE("lstm_tool ctc takes empty batches and refuses empty classes or frames by name",
+          "[tool]") {
+    Scratch scratch;
+    const std::string out = scratch("o.safetensors");
+    auto file = [&](int64_t frames, int64_t batch, int64_t classes) {
+        TensorFile f;
+        f.add(
+            Tensor::from("logits", {frames, batch, classes},
+                         std::vector<float>(static_cast<size_t>(frames * batch * classes), 0.5f)));
+        f.add(Tensor::from("targets", {batch, 2},
+                           std::vector<int64_t>(static_cast<size_t>(batch * 2), 1)));
+        f.add(Tensor::from("input_lengths", {batch},
+                           std::vector<int64_t>(static_cast<size_t>(batch), 3)));
+        f.add(Tensor::from("target_lengths", {batch},
+                           std::vector<int64_t>(static_cast<size_t>(batch), 1)));
+        const std::string path = scratch("empty.safetensors");
+        write_safetensors(path, f);
+        return path;
+    };
+    // An empty batch is a batch: PyTorch's mean over no samples is NaN, the sum 0, and the
+    // gradient has the input's (empty) shape.
+    for (const int64_t frames : {6, 0}) {
+        for (const char* reduction : {"mean", "sum"}) {
+            INFO("T " << frames << ", N 0, reduction " << reduction);
+            const ToolRun run = invoke(
+                {"ctc", "--inputs", file(frames, 0, 5), "--out", out, "--reduction", reduction});
+            INFO(run.err);
+            REQUIRE(run.rc == 0);
+            const TensorFile got = read_safetensors(out);
+            const std::vector<double> loss = got.at("loss").floats_as_double();
+            REQUIRE(loss.size() == 1);
+            if (std::string(reduction) == "mean")
+                CHECK(std::isnan(loss[0]));
+            else
+                CHECK(loss[0] == 0.0);
+            CHECK(got.at("grad").shape == std::vector<int64_t>{frames, 0, 5});
+        }
+    }
+    // No classes: not even the blank. Frames missing for a sample: its input length is named.
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", file(6, 2, 0), "--out", out}), 1,
+                          "logits must have C >= 1 classes, got shape (6, 2, 0)");
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", file(0, 2, 5), "--out", out}), 1,
+                          "input_lengths[0] = 3 exceeds T = 0");
+}
+
+TEST_CASE("lstm_tool names the file and the tensor of a wrong dtype", "[tool]") {
+    Scratch scratch;
+    const std::string inputs = data_path("ctc_logits_padded.inputs.safetensors");
+    const std::string out = scratch("o.safetensors");
+    const TensorFile good = read_safetensors(inputs);
+    for (const char* name : {"targets", "input_lengths", "target_lengths"}) {
+        INFO(name);
+        const std::vector<int64_t> shape = good.at(name).shape;
+        const Tensor wrong = Tensor::from(
+            name, shape, std::vector<double>(static_cast<size_t>(good.at(name).numel()), 1.0));
+        const std::string path = write_edited(good, name, &wrong, scratch("dtype.safetensors"));
+        LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", path, "--out", out}), 1,
+                              path + ": tensor '" + name + "' has dtype F64, expected an integer");
+    }
+    const std::string params = data_path("lstm_uni1.params.safetensors");
+    const TensorFile lstm_inputs = read_safetensors(data_path("lstm_uni1.inputs.safetensors"));
+    const Tensor h0 =
+        Tensor::from("h0", lstm_inputs.at("h0").shape,
+                     std::vector<double>(static_cast<size_t>(lstm_inputs.at("h0").numel()), 0.0));
+    const std::string path = write_edited(lstm_inputs, "h0", &h0, scratch("h0.safetensors"));
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", params, "--inputs", path, "--out", out}), 1,
+                          path + ": tensor 'h0' has dtype F64, expected F32");
+}
+
 TEST_CASE("lstm_tool info without a file describes the host and every variant's path", "[tool]") {
     using Catch::Contains;
     const ToolRun r = invoke({"info"});

@@ -97,6 +97,14 @@ struct Tensor {
     ScalarType dtype = ScalarType::f32;
     std::vector<int64_t> shape;
     std::vector<unsigned char> bytes;
+    // The file it was read from, empty for a tensor made in memory; not part of its value (==
+    // ignores it), only named in error messages, so that they say which file to fix.
+    std::string source;
+
+    // "FILE: tensor 'NAME'" (or "tensor 'NAME'"), how error messages start.
+    std::string label() const {
+        return (source.empty() ? "" : source + ": ") + "tensor '" + name + "'";
+    }
 
     int64_t numel() const {
         // A zero anywhere first: (2^40, 2^40, 0) is empty, and its prefix product would overflow.
@@ -142,8 +150,8 @@ struct Tensor {
     // The elements as T; the dtype must be exactly T's (no silent conversion).
     template <typename T>
     std::vector<T> values() const {
-        check(dtype == scalar_type_of<T>(), "tensor '", name, "' has dtype ", to_string(dtype),
-              ", expected ", to_string(scalar_type_of<T>()));
+        check(dtype == scalar_type_of<T>(), label(), " has dtype ", to_string(dtype), ", expected ",
+              to_string(scalar_type_of<T>()));
         std::vector<T> out(static_cast<size_t>(numel()));
         if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
         return out;
@@ -152,7 +160,7 @@ struct Tensor {
     // The elements of an I32 or I64 tensor as int64_t (widening is exact).
     std::vector<int64_t> integers() const {
         if (dtype == ScalarType::i64) return values<int64_t>();
-        check(dtype == ScalarType::i32, "tensor '", name, "' has dtype ", to_string(dtype),
+        check(dtype == ScalarType::i32, label(), " has dtype ", to_string(dtype),
               ", expected an integer type (I32 or I64)");
         const std::vector<int32_t> narrow = values<int32_t>();
         return std::vector<int64_t>(narrow.begin(), narrow.end());
@@ -161,7 +169,7 @@ struct Tensor {
     // The elements of an F32 or F64 tensor as double (widening is exact).
     std::vector<double> floats_as_double() const {
         if (dtype == ScalarType::f64) return values<double>();
-        check(dtype == ScalarType::f32, "tensor '", name, "' has dtype ", to_string(dtype),
+        check(dtype == ScalarType::f32, label(), " has dtype ", to_string(dtype),
               ", expected a floating type (F32 or F64)");
         const std::vector<float> narrow = values<float>();
         return std::vector<double>(narrow.begin(), narrow.end());
@@ -457,6 +465,7 @@ inline TensorFile parse_safetensors(const void* data, size_t size,
             continue;
         }
         Tensor t;
+        t.source = source;
         uint64_t begin = 0, end = 0;
         detail::parse_entry(name, value, buffer_size, source, t, begin, end);
         ranges.push_back({begin, end, tensors.size()});

@@ -137,8 +137,10 @@ bool overlaps(const A* a, int64_t a_count, const B* b, int64_t b_count) {
 template <typename T>
 CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
     check(args.logits.empty() != args.log_probs.empty(),
-          args.logits.empty() ? "ctc_loss: give either logits or log_probs, got neither"
-                              : "ctc_loss: give either logits or log_probs, got both");
+          args.logits.empty()
+              ? "ctc_loss: give either logits or log_probs, got neither (a view with a null data "
+                "pointer counts as not given, also for zero elements)"
+              : "ctc_loss: give either logits or log_probs, got both");
     const bool logits = !args.logits.empty();
     const TensorView<const T>& input = logits ? args.logits : args.log_probs;
     const char* input_name = logits ? "logits" : "log_probs";

@@ -5,6 +5,7 @@
 // Built on lstm::Buffer; this wrapper remembers the logical size (lstm::Buffer rounds host
 // capacity up) and the CUDA context whose stream orders every copy.
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -20,11 +21,14 @@ public:
     DeviceBuffer(Device device, size_t bytes, cuda::Context* context = nullptr)
         : buffer_(device, bytes), size_(bytes), context_(context) {}
 
-    // A buffer on `device` holding a copy of the host vector.
+    // A buffer on `device` holding a copy of the host vector. An empty vector still gets an
+    // address: the library reads a view with a null pointer as "not given", and an empty input
+    // (N = 0, say) is given.
     template <typename T>
     static DeviceBuffer upload(Device device, const std::vector<T>& host,
                                cuda::Context* context = nullptr) {
-        DeviceBuffer out(device, host.size() * sizeof(T), context);
+        DeviceBuffer out(device, std::max<size_t>(host.size() * sizeof(T), 1), context);
+        out.size_ = host.size() * sizeof(T);
         out.buffer_.copy_from(host.data(), Device::cpu, out.size_, context);
         return out;
     }
