@@ -1,6 +1,6 @@
-# lstm_variants: the registry and every variant's host code (lstm/registry.cpp), and the report
-# of the paths they take (lstm/host_info.cpp), compiled once in the library instead of in each
-# program that includes <lstm/lstm.hpp>. Programs then compile only the interface
+# lstm_variants: the registry and every variant's host code (lstm/registry.cpp), the report of
+# the paths they take (lstm/host_info.cpp) and the host memory query (lstm/memory.cpp), compiled
+# once in the library instead of in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
 # (lstm/variant.hpp), and the kernels run at the speed this build gives them, whatever flags the
 # program uses. The fused variant's hot loops dispatch at run time (lstm_cpu, and the AVX-512
 # kernel behind a target pragma); the Eigen code of basic and of fused's portable path is compiled
@@ -8,7 +8,8 @@
 # default, for a library used on the machine that builds it); turn that off for a package meant
 # for other machines.
 lstm_static_part(lstm_variants lstm_variants ${PROJECT_SOURCE_DIR}/lstm/registry.cpp
-    ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp)
+    ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp
+    ${PROJECT_SOURCE_DIR}/lstm/memory.cpp)
 target_compile_definitions(lstm_variants PUBLIC
     LSTM_WITH_CUDA=${LSTM_WITH_CUDA}
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}

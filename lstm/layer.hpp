@@ -8,13 +8,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "lstm/buffer.hpp"
 #include "lstm/detail/random.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/registry.hpp"
 
 #if LSTM_WITH_CUDA
@@ -147,6 +150,12 @@ public:
         check(trained_, "Lstm::backward needs a training forward() first (got none, or infer())");
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
         const int64_t state_elems = config_.num_cells() * batch * config_.hidden_size;
+        if (device_ == Device::cpu)
+            MemoryRequest()
+                .add("dx", bytes_of({seq_len, batch, config_.input_size}), dx_.size())
+                .add("dh0", bytes_of({state_elems}), dh0_.size())
+                .add("dc0", bytes_of({state_elems}), dc0_.size())
+                .check([&] { return describe("Lstm::backward", seq_len, batch); });
         dx_.reserve(bytes_of(seq_len * batch * config_.input_size));
         dh0_.reserve(bytes_of(state_elems));
         dc0_.reserve(bytes_of(state_elems));
@@ -210,6 +219,11 @@ private:
                 "Lstm on device cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0)");
 #endif
         }
+        if (device_ == Device::cpu)
+            MemoryRequest()
+                .add("parameters", bytes_of({count()}))
+                .add("gradients", bytes_of({count()}))
+                .check([&] { return "Lstm (" + std::to_string(count()) + " parameters)"; });
         params_.reserve(bytes_of(count()));
         grads_.reserve(bytes_of(count()));
         zero_grad();
@@ -224,6 +238,16 @@ private:
         workspace_need_ = variant_->workspace_bytes(config_, dtype, seq_len, batch);
         reserve_need_ = training ? variant_->reserve_bytes(config_, dtype, seq_len, batch) : 0;
         const int64_t state_elems = config_.num_cells() * batch * config_.hidden_size;
+        if (device_ == Device::cpu)
+            MemoryRequest()
+                .add("y", bytes_of({seq_len, batch, config_.output_size()}), y_.size())
+                .add("hn", bytes_of({state_elems}), hn_.size())
+                .add("cn", bytes_of({state_elems}), cn_.size())
+                .add("workspace", workspace_need_, workspace_.size())
+                .add("reserve", reserve_need_, reserve_.size())
+                .check([&] {
+                    return describe(training ? "Lstm::forward" : "Lstm::infer", seq_len, batch);
+                });
         y_.reserve(bytes_of(seq_len * batch * config_.output_size()));
         hn_.reserve(bytes_of(state_elems));
         cn_.reserve(bytes_of(state_elems));
@@ -255,6 +279,15 @@ private:
 
     int64_t count() const { return param_count(config_); }
     static size_t bytes_of(int64_t elements) { return static_cast<size_t>(elements) * sizeof(T); }
+    // The same for a product of sizes, kUnknownMemory on overflow (for MemoryRequest).
+    static uint64_t bytes_of(std::initializer_list<int64_t> sizes) {
+        return MemoryRequest::bytes(sizes, sizeof(T));
+    }
+    // "Lstm::forward (fused, T 100, N 32, H 256)", naming a call in a memory error.
+    std::string describe(const char* call, int64_t seq_len, int64_t batch) const {
+        return std::string(call) + " (" + variant_->name() + ", T " + std::to_string(seq_len) +
+               ", N " + std::to_string(batch) + ", H " + std::to_string(config_.hidden_size) + ")";
+    }
     void check_host_count(const char* fn, int64_t size) const {
         check(size == count(), "Lstm::", fn, ": the host buffer has ", size,
               " elements, expected param_count(config) = ", count());

@@ -183,7 +183,7 @@ TEST_CASE("each error says its kind, and each kind is caught by its own class", 
     const size_t bytes = size_t{1} << 62;
     CHECK_THROWS_AS(huge.reserve(bytes), OutOfMemory);
     CHECK_THROWS_WITH(huge.reserve(bytes),
-                      Contains("host allocation of 4611686018427387904 bytes"));
+                      Contains("host buffer: needs 4.00 EiB (4611686018427387904 bytes)"));
     try {
         huge.reserve(bytes);
     } catch (const Error& e) {

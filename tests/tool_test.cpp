@@ -542,6 +542,30 @@ TEST_CASE("lstm_tool names the file and the tensor of a wrong dtype", "[tool]") 
                           path + ": tensor 'h0' has dtype F64, expected F32");
 }
 
+TEST_CASE("lstm_tool refuses by name, before allocating, work that does not fit in memory",
+          "[tool]") {
+    Scratch scratch;
+    const std::string params = data_path("lstm_uni1.params.safetensors");  // I 3, H 4
+    TensorFile inputs;
+    inputs.add(Tensor::from("x", {2000, 64, 3}, std::vector<float>(2000 * 64 * 3, 0.25f)));
+    const std::string path = scratch("long.safetensors");
+    write_safetensors(path, inputs);
+    const std::string out = scratch("o.safetensors");
+    // 4 MiB holds the 1.5 MiB input file, not the outputs: y is 2000 x 64 x 4 floats, and the
+    // tool holds it three times.
+    lstm::set_host_memory_limit(uint64_t{4} << 20);
+    const ToolRun run = invoke({"lstm", "--params", params, "--inputs", path, "--out", out});
+    lstm::set_host_memory_limit(0);
+    CHECK(run.rc == 1);
+    CHECK_THAT(run.err, Catch::Contains("lstm_tool lstm (basic, T 2000, N 64, H 4): needs "));
+    CHECK_THAT(run.err, Catch::Contains("y 5.86 MiB"));
+    CHECK_THAT(run.err, Catch::Contains("the limit set with lstm::set_host_memory_limit"));
+    CHECK(!std::filesystem::exists(out));
+    // Within the machine's memory, the same run works.
+    REQUIRE(invoke({"lstm", "--params", params, "--inputs", path, "--out", out}).rc == 0);
+    CHECK(read_safetensors(out).at("y").shape == std::vector<int64_t>{2000, 64, 4});
+}
+
 TEST_CASE("lstm_tool info without a file describes the host and every variant's path", "[tool]") {
     using Catch::Contains;
     const ToolRun r = invoke({"info"});

@@ -6,11 +6,13 @@
 #include <utility>
 
 #include "lstm/error.hpp"
+#include "lstm/memory.hpp"
 
 namespace lstm::detail {
 
 // A host byte buffer aligned for SIMD loads that only grows, so repeated calls of the same or a
-// smaller size allocate nothing. A failed allocation throws lstm::OutOfMemory with the size.
+// smaller size allocate nothing. An allocation beyond what the machine can give (lstm/memory.hpp)
+// or a failed one throws lstm::OutOfMemory with the size.
 class AlignedBuffer {
 public:
     static constexpr size_t kAlignment = 64;
@@ -27,7 +29,12 @@ public:
 
     void* reserve(size_t bytes) {
         if (bytes > capacity_) {
-            const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+            size_t rounded = 0;
+            if (__builtin_add_overflow(bytes, kAlignment - 1, &rounded))
+                rounded = kUnknownMemory;  // refused below
+            else
+                rounded = rounded / kAlignment * kAlignment;
+            MemoryRequest().add("buffer", rounded).check("host buffer");
             void* p = std::aligned_alloc(kAlignment, rounded);
             if (!p)
                 fail_as<OutOfMemory>("host allocation of ", rounded, " bytes (", rounded >> 20,

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "lstm/error.hpp"
+#include "lstm/memory.hpp"
 
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -509,11 +510,21 @@ inline TensorFile parse_safetensors(const std::vector<unsigned char>& bytes,
 
 // Reads and parses the safetensors file at `path`; errors name the path.
 inline TensorFile read_safetensors(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
     check(in.is_open(), "cannot open '", path, "' for reading");
-    std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                     std::istreambuf_iterator<char>());
-    check(!in.bad(), "error while reading '", path, "'");
+    const std::streamoff size = in.tellg();
+    check(size >= 0, "cannot tell the size of '", path, "'");
+    // The file's bytes, then the tensors' copies of them.
+    const auto file_bytes = static_cast<uint64_t>(size);
+    MemoryRequest()
+        .add("file contents", file_bytes)
+        .add("tensors", file_bytes)
+        .check("reading '" + path + "'");
+    std::vector<unsigned char> bytes(static_cast<size_t>(file_bytes));
+    in.seekg(0);
+    if (!bytes.empty()) in.read(reinterpret_cast<char*>(bytes.data()), size);
+    check(in.good() && in.gcount() == size, "error while reading '", path, "': expected ",
+          file_bytes, " bytes");
     return parse_safetensors(bytes, path);
 }
 

@@ -43,6 +43,7 @@
 #include "lstm/error.hpp"
 #include "lstm/loss/ctc_cuda.hpp"
 #include "lstm/loss/reduction.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::loss {
@@ -104,8 +105,19 @@ inline size_t ctc_workspace_bytes(int64_t max_time, int64_t batch, int64_t class
 #ifdef _OPENMP
     if (threads <= 0) threads = omp_get_max_threads();
 #endif
-    return kernels::cpu::ctc_workspace_bytes(max_time, batch, classes, max_target_length,
-                                             std::max(threads, 1));
+    threads = std::max(threads, 1);
+    // A bound on the products the kernel's carving computes (per slot, alpha and the emissions
+    // take T rows of about 3 L doubles plus slack, beta a few rows more; classes a few rows), so
+    // that none of them can overflow.
+    const uint64_t bound =
+        MemoryRequest::bytes({max_time + 4, max_target_length + 64, 4, threads}, sizeof(double));
+    const uint64_t class_bound = MemoryRequest::bytes({classes + 64, 8, threads}, sizeof(double));
+    if (bound == kUnknownMemory || class_bound == kUnknownMemory ||
+        MemoryRequest::bytes({batch, 8}, sizeof(double)) == kUnknownMemory)
+        fail_as<OutOfMemory>("ctc_workspace_bytes: max_time = ", max_time, ", batch = ", batch,
+                             ", classes = ", classes, ", max_target_length = ", max_target_length,
+                             ": the workspace's size does not fit in 64 bits");
+    return kernels::cpu::ctc_workspace_bytes(max_time, batch, classes, max_target_length, threads);
 }
 
 namespace ctc_detail {
@@ -344,6 +356,7 @@ T ctc_loss(const CtcArgs<T>& args, const CtcOutputs<T>& outputs = {}) {
     }
 #endif
     const size_t bytes = ctc_workspace_bytes(args);
+    MemoryRequest().add("workspace", bytes).check("ctc_loss");
     const std::unique_ptr<unsigned char[]> workspace(new unsigned char[bytes]);
     return ctc_loss(args, outputs, workspace.get(), bytes);
 }

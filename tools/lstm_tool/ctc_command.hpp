@@ -12,6 +12,7 @@
 #include "lstm/io/safetensors.hpp"
 #include "lstm/loss/ctc.hpp"
 #include "lstm/loss/reduction.hpp"
+#include "lstm/memory.hpp"
 #include "tools/lstm_tool/cli.hpp"
 #include "tools/lstm_tool/device_buffer.hpp"
 
@@ -96,6 +97,14 @@ io::TensorFile run_ctc(const CtcRequest& req, const io::TensorFile& inputs) {
     const std::vector<int64_t> target_lengths = target_lengths_t.integers();
 
     const int64_t frames = input.shape[0], batch = input.shape[1], classes = input.shape[2];
+    // Host copies of (T, N, C): the input read and (for cpu) uploaded, the gradient as written,
+    // downloaded and put in the file; the loss's workspace is checked by ctc_loss itself.
+    const int64_t copies = req.device == Device::cpu ? 5 : 3;
+    MemoryRequest()
+        .add("input and gradient",
+             MemoryRequest::bytes({frames, batch, classes, copies}, sizeof(T)))
+        .check("lstm_tool ctc (T " + std::to_string(frames) + ", N " + std::to_string(batch) +
+               ", C " + std::to_string(classes) + ")");
     // The input and the outputs live on the requested device; targets and lengths stay host.
     const DeviceContext device_context(req.device);
     cuda::Context* ctx = device_context.get();

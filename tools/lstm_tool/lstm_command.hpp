@@ -12,6 +12,7 @@
 
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variant.hpp"
 #include "tools/lstm_tool/cli.hpp"
@@ -94,6 +95,34 @@ TensorView<T> view3_mut(const DeviceBuffer& b, int64_t a, int64_t n, int64_t c) 
 
 }  // namespace detail
 
+// Refuses, by name and before anything is allocated, a run whose host buffers cannot fit: the
+// outputs exist three times on the host for cpu variants (the variant's buffer, the download,
+// the file's tensor), twice for cuda ones; x and the parameters twice (read, uploaded).
+template <typename T>
+void check_host_memory(const Variant& variant, const Config& config, int64_t seq_len, int64_t batch,
+                       bool backward, uint64_t workspace, uint64_t reserve) {
+    const bool host = variant.device() == Device::cpu;
+    const int64_t copies = host ? 3 : 2;
+    const int64_t states = backward ? 4 : 2;  // hn, cn (and dh0, dc0)
+    MemoryRequest request;
+    request.add("x", MemoryRequest::bytes({seq_len, batch, config.input_size, 2}, sizeof(T)))
+        .add("parameters", MemoryRequest::bytes({param_count(config), 2}, sizeof(T)))
+        .add("y", MemoryRequest::bytes({seq_len, batch, config.output_size(), copies}, sizeof(T)))
+        .add("states",
+             MemoryRequest::bytes({config.num_cells(), batch, config.hidden_size, states, copies},
+                                  sizeof(T)));
+    if (host) request.add("workspace", workspace).add("reserve", reserve);
+    if (backward)
+        request
+            .add("dy", MemoryRequest::bytes({seq_len, batch, config.output_size(), 2}, sizeof(T)))
+            .add("dx", MemoryRequest::bytes({seq_len, batch, config.input_size, copies}, sizeof(T)))
+            .add("parameter gradients",
+                 MemoryRequest::bytes({param_count(config), copies + 1}, sizeof(T)));
+    request.check("lstm_tool lstm (" + std::string(variant.name()) + ", T " +
+                  std::to_string(seq_len) + ", N " + std::to_string(batch) + ", H " +
+                  std::to_string(config.hidden_size) + ")");
+}
+
 // Runs the request on tensors already read; `T` is the compute type (x's dtype). Returns the
 // output file's contents.
 template <typename T>
@@ -157,6 +186,10 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     lstm::detail::check_lengths(lengths_span, seq_len, batch);
     variant.require(config, dtype, lstm::detail::has_variable_lengths(lengths_span, seq_len));
 
+    const size_t workspace = variant.workspace_bytes(config, dtype, seq_len, batch);
+    const size_t reserve = req.backward ? variant.reserve_bytes(config, dtype, seq_len, batch) : 0;
+    check_host_memory<T>(variant, config, seq_len, batch, req.backward, workspace, reserve);
+
     const DeviceContext device_context(dev);
     cuda::Context* ctx = device_context.get();
     const DeviceBuffer x_d = DeviceBuffer::upload(dev, x_t.values<T>(), ctx);
@@ -167,10 +200,8 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
                      ctx);
     DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden), ctx);
     DeviceBuffer cn_d(dev, hn_d.size(), ctx);
-    const size_t workspace = variant.workspace_bytes(config, dtype, seq_len, batch);
     DeviceBuffer workspace_d(dev, workspace, ctx);
     // A non-null reserve is what makes a forward a training forward, even a zero-byte one.
-    const size_t reserve = req.backward ? variant.reserve_bytes(config, dtype, seq_len, batch) : 0;
     DeviceBuffer reserve_d(dev, req.backward ? std::max<size_t>(reserve, 1) : 0, ctx);
 
     ForwardArgs<T> f;

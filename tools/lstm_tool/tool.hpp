@@ -5,6 +5,7 @@
 // dtype), 2 usage error (unknown command or option, missing option, missing input file).
 
 #include <exception>
+#include <new>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -54,6 +55,13 @@ inline int run_tool(const std::vector<std::string>& args, std::ostream& out, std
         err << "lstm_tool " << command << ": " << e.what() << " (see lstm_tool " << command
             << " --help)\n";
         return kExitUsage;
+    } catch (const std::bad_alloc&) {
+        // Every buffer the commands size from their input is checked before it is allocated
+        // (lstm/memory.hpp), so this is an allocation nothing sized beforehand.
+        err << "lstm_tool " << command
+            << ": error: out of memory in an allocation that was not checked beforehand "
+               "(std::bad_alloc); please report the command and the file sizes\n";
+        return kExitFailure;
     } catch (const std::exception& e) {
         err << "lstm_tool " << command << ": error: " << e.what() << "\n";
         return kExitFailure;
