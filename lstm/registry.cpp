@@ -67,6 +67,11 @@ const Variant& find_variant(std::string_view name, Device device) {
         known += std::string(known.empty() ? "" : ", ") + v->name() + " (" +
                  to_string(v->device()) + ")";
     }
+    // A device this build lacks is a valid request it cannot serve; a name it never had is not.
+    if (device == Device::cuda && !LSTM_WITH_CUDA)
+        fail_as<Unsupported>(
+            "variant '", name,
+            "' on cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0); known: ", known);
     fail("variant '", name, "' on ", to_string(device),
          " is not built into this binary; known: ", known);
 }

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian's packages. Idempotent: when everything is
 # present it prints nothing and touches nothing. The CUDA toolkit and cuDNN are not Debian
-# packages; they are used when present on the machine and skipped otherwise. clang and its
-# compiler-rt build the libFuzzer smoke test of the safetensors reader. ocl-icd-opencl-dev is only
-# a recommendation of libdnnl-dev, but Debian's oneDNN CMake config cannot be loaded without it.
+# packages; they are used when present on the machine and skipped otherwise. clang, its
+# compiler-rt and its OpenMP runtime (libomp-dev) build the libFuzzer targets (tests/fuzz/); the
+# sanitized test build (scripts/sanitize.sh) uses g++'s own sanitizer runtimes.
+# ocl-icd-opencl-dev is only a recommendation of libdnnl-dev, but Debian's oneDNN CMake config
+# cannot be loaded without it.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
-          ocl-icd-opencl-dev nlohmann-json3-dev libhwy-dev clang libclang-rt-dev)
+          ocl-icd-opencl-dev nlohmann-json3-dev libhwy-dev clang libclang-rt-dev libomp-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -297,6 +297,27 @@ void check_random_batches(const std::vector<BatchShape>& shapes, uint64_t seed, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Logits near the end of the float range
+// ---------------------------------------------------------------------------------------------
+
+// Two frames of two tied logits v, no labels: loss = 2 log 2 whatever v, gradient -1/2 for the
+// blank and +1/2 for the other class. log_softmax must be (x - max) - log(sum): as
+// x - (max + log(sum)) the log 2 vanishes next to v = 1e30 and the loss came out 0 (found by
+// tests/fuzz/ctc_fuzz.cpp). `run(case)` runs a case; the reference must agree too.
+template <typename T, typename Run>
+void check_huge_tied_logits(Run run) {
+    for (const double v : {1e30, 3e38, -3e38}) {
+        INFO("logits " << v);
+        const CtcReferenceCase c = rounded<T>(single({v, v, v, v}, 2, {}));
+        const auto got = run(c);
+        CHECK(static_cast<double>(got.loss) == Approx(2 * std::log(2.0)).epsilon(loss_tol<T>()));
+        for (size_t i = 0; i < 4; ++i)
+            CHECK(static_cast<double>(got.grad[i]) == Approx(i % 2 == 0 ? -0.5 : 0.5));
+        check_against_reference(c, got, lstm::reference::ctc_reference(c));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Non-finite input
 // ---------------------------------------------------------------------------------------------
 

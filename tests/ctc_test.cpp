@@ -464,6 +464,14 @@ TEMPLATE_TEST_CASE("ctc infeasible samples: +inf and zero gradient, or 0 under z
     }
 }
 
+TEMPLATE_TEST_CASE("ctc log-softmax keeps log(sum) next to logits of 1e30 and beyond", "[ctc]",
+                   LSTM_SIMD_FLOAT_TYPES) {
+    using T = simd_element_t<TestType>;
+    LSTM_ON_SIMD_LEVEL(TestType);
+    lstm::test::ctc::check_huge_tied_logits<T>(
+        [](const CtcReferenceCase& c) { return run_ctc<T>(c); });
+}
+
 TEMPLATE_TEST_CASE(
     "ctc input NaN or +inf on a valid frame: that sample's loss and gradient are NaN", "[ctc]",
     LSTM_SIMD_FLOAT_TYPES) {

@@ -273,6 +273,13 @@ TEMPLATE_TEST_CASE("cuda ctc kernels: infeasible samples get +inf (or 0) and a z
     }
 }
 
+TEMPLATE_TEST_CASE("cuda ctc kernels keep log(sum) next to logits of 1e30 and beyond",
+                   "[cuda_loss_host]", float, double) {
+    using T = TestType;
+    lstm::test::ctc::check_huge_tied_logits<T>(
+        [](const CtcReferenceCase& c) { return emulate_ctc<T>(c); });
+}
+
 TEMPLATE_TEST_CASE(
     "cuda ctc kernels: input NaN or +inf on a valid frame gives NaN loss and gradient",
     "[cuda_loss_host]", float, double) {
@@ -294,7 +301,7 @@ TEMPLATE_TEST_CASE(
         for (const float sample1_cost : {3.5f, std::numeric_limits<float>::quiet_NaN()}) {
             INFO("zero_infinity " << zero_infinity << ", cost of the clean sample "
                                   << sample1_cost);
-            double log_norm[6] = {0.1, 0.2, nan, 0.3, 0.0, 0.4};  // (t, n)
+            double log_norm[12] = {0.1, 0, 0.2, 0, nan, 0, 0.3, 0, 0.0, 0, 0.4, 0};  // (t, n, 2)
             double loglik[2], losses[2];
             T losses_out[2];
             std::vector<T> grad(3 * 2 * 2, T(1));
@@ -444,7 +451,7 @@ TEST_CASE("cuda ctc layout: sizes, aligned disjoint pieces, upload first", "[cud
         {"labels", l.labels, 5 * sizeof(int32_t)},
         {"order", l.order, 5 * sizeof(int32_t)},
         {"lengths32", l.lengths32, 6 * sizeof(int32_t)},
-        {"log_norm", l.log_norm, 27 * sizeof(double)},
+        {"log_norm", l.log_norm, 2 * 27 * sizeof(double)},
         {"loglik", l.loglik, 3 * sizeof(double)},
         {"losses", l.losses, 3 * sizeof(double)},
         {"costs", l.costs, 3 * sizeof(float)},

@@ -126,14 +126,14 @@ inline size_t ctc_workspace_bytes(int64_t max_time, int64_t batch, int64_t class
 }
 
 // Computes every sample's loss -log p(labels | input) in double: +inf when no alignment has
-// nonzero probability, 0 instead of +inf under zero_infinity, NaN for NaN/+inf input. Returns them as an array of
-// p.batch doubles inside the workspace, valid until the workspace is reused. When p.grad is set,
-// overwrites it with the gradient of sum_n scale_n * loss_n w.r.t. the input as given (scale_n as
-// described in CtcProblem); padded frames and samples with an infinite loss get exact zeros.
-// workspace: host, at least ctc_workspace_bytes(max_time, batch, classes, max_labels, 1) bytes,
-// any alignment. Runs min(omp_get_max_threads(), batch, slots that fit) threads; each sample is
-// computed start to end by one thread with the same code, so results are bit-identical for every
-// thread count.
+// nonzero probability, 0 instead of +inf under zero_infinity, NaN for NaN/+inf input. Returns them
+// as an array of p.batch doubles inside the workspace, valid until the workspace is reused. When
+// p.grad is set, overwrites it with the gradient of sum_n scale_n * loss_n w.r.t. the input as
+// given (scale_n as described in CtcProblem); padded frames and samples with an infinite loss get
+// exact zeros. workspace: host, at least ctc_workspace_bytes(max_time, batch, classes, max_labels,
+// 1) bytes, any alignment. Runs min(omp_get_max_threads(), batch, slots that fit) threads; each
+// sample is computed start to end by one thread with the same code, so results are bit-identical
+// for every thread count.
 template <typename T>
 const double* ctc_loss(const CtcProblem<T>& p, void* workspace, size_t workspace_bytes) {
     const auto address = reinterpret_cast<std::uintptr_t>(workspace);

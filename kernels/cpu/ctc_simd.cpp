@@ -256,15 +256,22 @@ HWY_INLINE void ForEachLane(int64_t count, Body body) {
     for (; i < count; ++i) body(D1(), i);
 }
 
-// frame (classes) := one input row x in double; returns the log-softmax normalizer
-// max + log(sum e^(x - max)) when `logits`, else 0 (log-probs are used as given). work (classes
-// + slack) is scratch; frame's slack must hold -inf.
+// The log-softmax of a frame is (x - max) - log_sum. Kept as two terms, not as x - (max +
+// log_sum): near the float range's end (|max| ~ 1e38, where a double's spacing is ~1e22)
+// max + log_sum rounds to max, and tied classes would each get probability 1.
+struct Norm {
+    double max = 0.0, log_sum = 0.0;
+};
+
+// frame (classes) := one input row x in double; returns the log-softmax's terms when `logits`,
+// else zeros (log-probs are used as given). work (classes + slack) is scratch; frame's slack must
+// hold -inf.
 template <typename T>
-double LoadFrame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT frame,
-                 double* HWY_RESTRICT work) {
+Norm LoadFrame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT frame,
+               double* HWY_RESTRICT work) {
     ForEachLane(classes,
                 [&](auto d, int64_t c) { hn::StoreU(LoadAsDouble(d, x + c), d, frame + c); });
-    if (!logits) return 0.0;
+    if (!logits) return {};
     // Eight running maxima in a fixed order, the same on every target.
     double lanes[8] = {layout::kNegInf, layout::kNegInf, layout::kNegInf, layout::kNegInf,
                        layout::kNegInf, layout::kNegInf, layout::kNegInf, layout::kNegInf};
@@ -278,7 +285,7 @@ double LoadFrame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT 
     const auto vmax = hn::Set(d, max);
     for (int64_t k = 0; k < classes; k += static_cast<int64_t>(hn::Lanes(d)))
         hn::StoreU(ExpNonpositive(d, hn::Sub(hn::LoadU(d, frame + k), vmax)), d, work + k);
-    return max + std::log(layout::fixed_order_sum(work, classes));
+    return {max, std::log(layout::fixed_order_sum(work, classes))};
 }
 
 // Whether every entry of row[0..count) is below +inf (false for NaN and +inf). The row's slack
@@ -330,12 +337,14 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
     for (int64_t t = 0; t < frames; ++t) {
         if (t + kAhead < frames)
             layout::prefetch_row(input + (t + kAhead) * stride, classes, false);
-        const double norm = LoadFrame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
-        if (!BelowInf(ws.frame, classes) || !(norm > kNegInf)) return Poisoned(grad, dims);
+        const Norm norm = LoadFrame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
+        if (!BelowInf(ws.frame, classes) || !(norm.max > kNegInf)) return Poisoned(grad, dims);
         double* e = ws.emit + t * erow;
-        ws.log_norm[t] = norm;
-        e[0] = ws.frame[dims.blank] - norm;
-        for (int64_t k = 0; k < count; ++k) e[1 + k] = ws.frame[labels[k]] - norm;
+        ws.log_norm[2 * t] = norm.max;
+        ws.log_norm[2 * t + 1] = norm.log_sum;
+        e[0] = (ws.frame[dims.blank] - norm.max) - norm.log_sum;
+        for (int64_t k = 0; k < count; ++k)
+            e[1 + k] = (ws.frame[labels[k]] - norm.max) - norm.log_sum;
         std::fill(e + 1 + count, e + erow, 0.0);
     }
 
@@ -463,11 +472,11 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
         if (dims.logits) {
             // d/dlogits = softmax - posterior.
             LoadFrame(input + t * stride, classes, false, ws.frame, ws.work);
-            const double norm = ws.log_norm[t];
+            const double max = ws.log_norm[2 * t], log_sum = ws.log_norm[2 * t + 1];
             const double* x = ws.frame;
             ForEachLane(classes, [&](auto dd, int64_t c) {
-                const auto softmax =
-                    ExpNonpositive(dd, hn::Sub(hn::LoadU(dd, x + c), hn::Set(dd, norm)));
+                const auto shifted = hn::Sub(hn::LoadU(dd, x + c), hn::Set(dd, max));
+                const auto softmax = ExpNonpositive(dd, hn::Sub(shifted, hn::Set(dd, log_sum)));
                 const auto diff = hn::Sub(softmax, hn::LoadU(dd, post + c));
                 StoreFromDouble(dd, hn::Mul(hn::Set(dd, dims.scale), diff), out + c);
             });
@@ -519,7 +528,7 @@ size_t carve_ctc_scratch(void* base, int64_t max_time, int64_t classes, int64_t 
     CtcScratch s;
     s.alpha = take(max_time * cl::state_row(max_labels));
     s.emit = take(max_time * cl::emit_row(max_labels));
-    s.log_norm = take(max_time);
+    s.log_norm = take(2 * max_time);
     s.beta = take(2 * cl::state_row(max_labels));
     s.next = take(cl::state_row(max_labels));
     s.skip = take(max_labels + 1 + cl::kSlack);

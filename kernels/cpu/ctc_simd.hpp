@@ -17,7 +17,7 @@ namespace lstm::kernels::cpu {
 struct CtcScratch {
     double* alpha;      // (max_time, state row) log alpha: blank states, then label states
     double* emit;       // (max_time, emission row) log-probs of the blank and of each label
-    double* log_norm;   // (max_time) per frame log-sum-exp of the logits (0 for log-probs)
+    double* log_norm;   // (max_time, 2) per frame max and log-sum-exp(x - max) of the logits
     double* beta;       // (2, state row) log beta of frames t and t + 1, ping-pong
     double* next;       // (state row) emission + beta of frame t + 1
     double* skip;       // (max_labels + 1 + slack) 0 where label k may follow label k - 1, -inf

@@ -49,9 +49,12 @@ struct CtcArgs {
     // Per sample, its label indices 0..labels-1 sorted by (class, index): consecutive entries of
     // one class form the run whose occupations make up that class's posterior.
     const int32_t* order = nullptr;
-    double* log_norm = nullptr;  // (max_time, batch) log-softmax normalizers (logits only)
-    double* alpha = nullptr;     // per sample (frames, states) at state_offset: log alpha
-    double* beta = nullptr;      // same layout: log beta without the frame's own emission
+    // (max_time, batch, 2): per frame the logits' max and log(sum e^(x - max)), the log-softmax
+    // being (x - max) - log_sum (kept apart: max + log_sum rounds to max near |max| ~ 1e38);
+    // zeros for log-probs; NaN first where the frame has no distribution.
+    double* log_norm = nullptr;
+    double* alpha = nullptr;  // per sample (frames, states) at state_offset: log alpha
+    double* beta = nullptr;   // same layout: log beta without the frame's own emission
     // (batch, 2 directions, 2 rows, max_states): the rings of the recursion when they do not fit
     // in shared memory (see ctc_ring_in_shared).
     double* ring = nullptr;
@@ -97,15 +100,22 @@ LSTM_HOST_DEVICE double ctc_norm_lane_sum(const CtcArgs<T>& a, int64_t frame, in
     return sum;
 }
 
-// Lane 0 stores the normalizer max + log(sum) of the frame (the warp's max and sum) for logits,
-// 0 for log-probs, and NaN for a frame without a defined distribution: an input NaN or +inf, or
-// logits all -inf. ctc_sample_poisoned reads the NaN.
+// Lane 0 stores the frame's max and log(sum) (the warp's) for logits, zeros for log-probs, and
+// NaN first for a frame without a defined distribution: an input NaN or +inf, or logits all
+// -inf. ctc_sample_poisoned reads the NaN.
 template <typename T>
 LSTM_HOST_DEVICE void ctc_norm_store(const CtcArgs<T>& a, int64_t frame, int lane, double max,
                                      double sum) {
     if (lane != 0) return;
     const bool defined = max < -kLossNegInf && (!a.logits || max > kLossNegInf);
-    a.log_norm[frame] = !defined ? kLossNaN : a.logits ? max + log(sum) : 0.0;
+    a.log_norm[2 * frame] = !defined ? kLossNaN : a.logits ? max : 0.0;
+    a.log_norm[2 * frame + 1] = defined && a.logits ? log(sum) : 0.0;
+}
+
+// The log-softmax of input x of frame `frame` (logits; see CtcArgs::log_norm).
+template <typename T>
+LSTM_HOST_DEVICE double ctc_log_softmax(const CtcArgs<T>& a, int64_t frame, double x) {
+    return (x - a.log_norm[2 * frame]) - a.log_norm[2 * frame + 1];
 }
 
 // Whether a valid frame of sample n has no defined distribution (log_norm holds NaN there).
@@ -113,7 +123,7 @@ template <typename T>
 LSTM_HOST_DEVICE bool ctc_sample_poisoned(const CtcArgs<T>& a, int64_t n) {
     const int64_t frames = a.samples[n].frames;
     for (int64_t t = 0; t < frames; ++t) {
-        const double norm = a.log_norm[t * a.batch + n];
+        const double norm = a.log_norm[2 * (t * a.batch + n)];
         if (!(norm == norm)) return true;
     }
     return false;
@@ -155,7 +165,7 @@ LSTM_HOST_DEVICE double ctc_emission(const CtcArgs<T>& a, const CtcSample& sampl
     const int64_t frame = t * a.batch + n;
     const double x =
         static_cast<double>(a.input[frame * a.classes + ctc_state_class(a, sample, s)]);
-    return a.logits ? x - a.log_norm[frame] : x;
+    return a.logits ? ctc_log_softmax(a, frame, x) : x;
 }
 
 // The frame a direction's step works on: alpha goes 0, 1, ..., beta frames - 1, ..., 0.
@@ -273,7 +283,7 @@ LSTM_HOST_DEVICE T ctc_grad_value(const CtcArgs<T>& a, int64_t frame, double sca
                                   double posterior) {
     if (!a.logits) return static_cast<T>(-scale * posterior);
     const double x = static_cast<double>(a.input[frame * a.classes + c]);
-    return static_cast<T>(scale * (exp(x - a.log_norm[frame]) - posterior));
+    return static_cast<T>(scale * (exp(ctc_log_softmax(a, frame, x)) - posterior));
 }
 
 // Phase 1, thread j: writes every class's gradient as if its posterior were 0 (the label classes

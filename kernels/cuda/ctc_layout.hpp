@@ -42,7 +42,7 @@ struct CtcLayout {
     // int32 (2 * batch): target lengths then input lengths, as cuDNN's CTC reads them.
     size_t lengths32 = 0;
     size_t upload_bytes = 0;
-    size_t log_norm = 0;  // double (max_time * batch)
+    size_t log_norm = 0;  // double (max_time * batch, 2)
     size_t loglik = 0;    // double (batch)
     size_t losses = 0;    // double (batch): downloaded for the reduction
     size_t costs = 0;     // float (batch): cuDNN's costs
@@ -70,7 +70,7 @@ inline CtcLayout ctc_layout(int64_t max_time, int64_t batch, const CtcSizes& siz
     l.order = take(count(sizes.total_labels) * sizeof(int32_t));
     l.lengths32 = take(count(2 * batch) * sizeof(int32_t));
     l.upload_bytes = at;
-    l.log_norm = take(count(max_time * batch) * sizeof(double));
+    l.log_norm = take(count(max_time * batch) * 2 * sizeof(double));
     l.loglik = take(count(batch) * sizeof(double));
     l.losses = take(count(batch) * sizeof(double));
     l.costs = take(count(batch) * sizeof(float));

@@ -107,8 +107,10 @@ inline std::vector<double> log_softmax_rows(const std::vector<double>& x, int64_
         const double max = *std::max_element(row, row + classes);
         double sum = 0;
         for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - max);
-        const double norm = max + std::log(sum);
-        for (int64_t c = 0; c < classes; ++c) out[r * classes + c] = row[c] - norm;
+        // (x - max) - log(sum), not x - (max + log(sum)): near |max| ~ 1e38 the latter rounds
+        // log(sum) away and gives tied classes probability 1 each.
+        const double log_sum = std::log(sum);
+        for (int64_t c = 0; c < classes; ++c) out[r * classes + c] = (row[c] - max) - log_sum;
     }
     return out;
 }
