@@ -16,6 +16,7 @@
 #include "lstm/io/safetensors.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/loss/ctc.hpp"
+#include "lstm/nn/batch.hpp"
 
 namespace {
 
@@ -155,4 +156,16 @@ TEST_CASE("memory: ctc_loss and the file reader refuse by name beyond the limit"
     }
     CHECK(lstm::io::read_safetensors(path).at("w").numel() == 256 * 256);
     std::filesystem::remove(path);
+}
+
+TEST_CASE("memory: padding one long sequence among many short ones is refused by name",
+          "[memory]") {
+    // 2000 sequences of one frame and one of 2000 frames: 16 KiB of data, 15.3 MiB padded.
+    std::vector<std::vector<float>> sequences(2000, std::vector<float>(1, 1.0f));
+    sequences.push_back(std::vector<float>(2000, 1.0f));
+    const LimitScope limit(uint64_t{1} << 20);
+    const std::string message =
+        out_of_memory_message([&] { lstm::nn::pad_sequences(sequences, 1); });
+    CHECK_THAT(message, Contains("pad_sequences (T 2000, N 2001, features 1): needs "));
+    CHECK_THAT(message, Contains("padded x 15.27 MiB"));
 }

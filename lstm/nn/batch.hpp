@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lstm/error.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::nn {
@@ -52,6 +54,14 @@ PaddedBatch<T> pad_sequences(const std::vector<std::vector<T>>& sequences, int64
         out.lengths.push_back(size / features);
         out.seq_len = std::max(out.seq_len, size / features);
     }
+    // Padding to the longest can need far more than the sequences hold (one long sequence among
+    // many short ones): refuse by name what does not fit.
+    MemoryRequest()
+        .add("padded x", MemoryRequest::bytes({out.seq_len, out.batch, features}, sizeof(T)))
+        .check([&] {
+            return "pad_sequences (T " + std::to_string(out.seq_len) + ", N " +
+                   std::to_string(out.batch) + ", features " + std::to_string(features) + ")";
+        });
     out.x.assign(static_cast<size_t>(out.seq_len * out.batch * features), T(0));
     for (int64_t n = 0; n < out.batch; ++n) {
         const std::vector<T>& s = sequences[pick[n]];
