@@ -6,7 +6,7 @@
 #   bash scripts/sanitize.sh            # the hostile-input subset: io, CTC, CTC decoding,
 #                                       # cross-entropy, the tool, the registry, errors, memory,
 #                                       # batches, checkpoints (ctest runs this: sanitize_subset)
-#   bash scripts/sanitize.sh all        # the whole CPU suite (about 25 minutes to build on 2 cores)
+#   bash scripts/sanitize.sh all        # the whole CPU suite (about 10 minutes on 2 cores)
 #   bash scripts/sanitize.sh subset DIR # build tree DIR instead of build-sanitize-<mode>
 #
 # The library's compiled parts are sanitized too, so a bad access inside a kernel shows where it
