@@ -4,10 +4,10 @@
 // the machine has usually succeeds, and the process is killed later, when the pages are touched,
 // with no message at all. So every entry point that sizes host buffers from its input (Lstm's
 // constructor, forward and backward, the allocating ctc_loss, lstm::io's file reader,
-// nn::pad_sequences, lstm_tool, and every growing host buffer as a last line) first compares the bytes it is about to add with what the
-// machine can still give and with a limit the caller may set, and throws lstm::OutOfMemory naming
-// each buffer and its size when they do not fit. Device memory is the CUDA allocator's to refuse
-// (also lstm::OutOfMemory, with the size).
+// nn::pad_sequences, lstm_tool, and every growing host buffer as a last line) first compares the
+// bytes it is about to add with what the machine can still give and with a limit the caller may
+// set, and throws lstm::OutOfMemory naming each buffer and its size when they do not fit. Device
+// memory is the CUDA allocator's to refuse (also lstm::OutOfMemory, with the size).
 
 #include <algorithm>
 #include <array>
