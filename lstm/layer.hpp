@@ -5,7 +5,14 @@
 // every variant. On Device::cuda every buffer is device memory (lstm::Buffer) and every call is
 // queued on one cuda::Context's stream, owned by the layer or borrowed from the caller; nothing of
 // it is global.
+//
+// The layer applies nn.LSTM's options that are not the variant's business (Config::core()):
+// batch_first by transposing x and y (and dy, dx) around time-major variant calls, and
+// inter-layer dropout by running a training forward one layer at a time with a dropout between
+// layers (the masks are kept for backward); without dropout, or in infer(), the whole stack runs
+// as one call.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "lstm/buffer.hpp"
+#include "lstm/detail/layer_ops.hpp"
 #include "lstm/detail/random.hpp"
 #include "lstm/memory.hpp"
 #include "lstm/registry.hpp"
@@ -122,70 +130,100 @@ public:
     // cuda it is queued on the context's stream.
     void zero_grad() { grads_.zero(bytes_of(count()), context_); }
 
-    // Training forward. x (T, N, I) on device(); lengths host (N) or empty; h0/c0 (L*D, N, H) on
-    // device() or empty. x, h0 and c0 must stay alive and unchanged until backward() (they are
-    // not copied). Returns y (T, N, D*H) on device(), owned by the layer and valid until the next
-    // forward. On cuda the work is queued on context() and not waited for.
+    // Training forward. x (T, N, I), or (N, T, I) with config.batch_first, on device(); lengths
+    // host (N) or empty; h0 (L*D, N, S) and c0 (L*D, N, H) on device() or empty, S =
+    // config.state_size(). x (unless batch_first, which copies it), h0 and c0 must stay alive
+    // and unchanged until backward() (they are not copied). Returns y (T, N, D*S), or (N, T, D*S)
+    // with batch_first, on device(), owned by the layer and valid until the next forward. With
+    // config.dropout > 0 and more than one layer, each layer's output but the last's goes
+    // through dropout (masks drawn from dropout_seed() and a count of such forwards). On cuda the
+    // work is queued on context() and not waited for.
     TensorView<const T> forward(TensorView<const T> x, Span<const int64_t> lengths = {},
                                 TensorView<const T> h0 = {}, TensorView<const T> c0 = {}) {
         return run(x, lengths, h0, c0, true);
     }
 
-    // Inference forward: no reserve is written, so backward() is not allowed after it.
+    // Inference forward: no reserve is written, so backward() is not allowed after it, and no
+    // dropout (PyTorch's eval mode).
     TensorView<const T> infer(TensorView<const T> x, Span<const int64_t> lengths = {},
                               TensorView<const T> h0 = {}, TensorView<const T> c0 = {}) {
         return run(x, lengths, h0, c0, false);
     }
 
-    TensorView<const T> y() const { return y_view_; }
-    TensorView<const T> hn() const { return state_view(hn_); }
-    TensorView<const T> cn() const { return state_view(cn_); }
+    TensorView<const T> y() const { return y_out_; }
+    TensorView<const T> hn() const { return h_state_view(hn_); }  // (L*D, N, S)
+    TensorView<const T> cn() const { return c_state_view(cn_); }  // (L*D, N, H)
 
-    // dy (T, N, D*H) on device(); dhn/dcn (L*D, N, H) on device() or empty. ADDS into
-    // gradients(); returns dx (T, N, I) on device(), or an empty view when compute_dx is false
-    // (x is data, as in the first layer of a model: skipping it saves a GEMM over all steps);
-    // dh0()/dc0() hold the initial-state gradients afterwards.
+    // dy (T, N, D*S), or (N, T, D*S) with batch_first, on device(); dhn (L*D, N, S) / dcn
+    // (L*D, N, H) on device() or empty. ADDS into gradients(); returns dx (T, N, I) (or
+    // (N, T, I)) on device(), or an empty view when compute_dx is false (x is data, as in the
+    // first layer of a model: skipping it saves a GEMM over all steps); dh0()/dc0() hold the
+    // initial-state gradients afterwards.
     TensorView<const T> backward(TensorView<const T> dy, TensorView<const T> dhn = {},
                                  TensorView<const T> dcn = {}, bool compute_dx = true) {
         check(trained_, "Lstm::backward needs a training forward() first (got none, or infer())");
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
-        const int64_t state_elems = config_.num_cells() * batch * config_.hidden_size;
+        const int64_t in = config_.input_size, out = config_.output_size();
+        check_layer_tensor(dy, "dy", seq_len, batch, out);
+        check_states(dhn, dcn, "dhn", "dcn", batch);
+        const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
+        const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
+        const bool bf = config_.batch_first;
         if (device_ == Device::cpu)
             MemoryRequest()
-                .add("dx", bytes_of({seq_len, batch, config_.input_size}), dx_.size())
-                .add("dh0", bytes_of({state_elems}), dh0_.size())
-                .add("dc0", bytes_of({state_elems}), dc0_.size())
+                .add("dx", bytes_of({seq_len, batch, in}), dx_.size())
+                .add("dh0", bytes_of({h_elems}), dh0_.size())
+                .add("dc0", bytes_of({c_elems}), dc0_.size())
+                .add("dy (time-major copy)", bf ? bytes_of({seq_len, batch, out}) : 0,
+                     dy_tm_.size())
+                .add("dx (batch-first copy)", bf && compute_dx ? bytes_of({seq_len, batch, in}) : 0,
+                     dx_bf_.size())
+                .add("layer gradients", staged_ ? bytes_of({2, seq_len, batch, out}) : 0,
+                     d_mid_.size())
                 .check([&] { return describe("Lstm::backward", seq_len, batch); });
-        dx_.reserve(bytes_of(seq_len * batch * config_.input_size));
-        dh0_.reserve(bytes_of(state_elems));
-        dc0_.reserve(bytes_of(state_elems));
-        BackwardArgs<T> a;
-        a.x = x_;
-        a.lengths = Span<const int64_t>(lengths_);
-        a.h0 = h0_;
-        a.c0 = c0_;
-        a.params = parameters().view();
-        a.y = y_view_;
-        a.dy = dy;
-        a.dhn = dhn;
-        a.dcn = dcn;
-        if (compute_dx)
-            a.dx =
-                TensorView<T>(dx_.template as<T>(), {seq_len, batch, config_.input_size}, device_);
-        a.dh0 = state_view_mut(dh0_, batch);
-        a.dc0 = state_view_mut(dc0_, batch);
-        a.dparams = gradients().view();
-        a.workspace = workspace_.data();
-        a.workspace_size = workspace_.size();
-        a.reserve = reserve_.data();
-        a.reserve_size = reserve_.size();
-        a.context = context_;
-        variant_->backward(config_, a);
-        return a.dx;  // empty unless compute_dx
+        dx_.reserve(bytes_of(seq_len * batch * in));
+        dh0_.reserve(bytes_of(h_elems));
+        dc0_.reserve(bytes_of(c_elems));
+        TensorView<const T> dy_run = dy;
+        if (bf) {
+            T* dst = static_cast<T*>(dy_tm_.reserve(bytes_of(seq_len * batch * out)));
+            detail::swap_leading_dims(device_, context_, batch, seq_len, out, dy.data(), dst);
+            dy_run = TensorView<const T>(dst, {seq_len, batch, out}, device_);
+        }
+        const TensorView<T> dx =
+            compute_dx ? TensorView<T>(dx_.template as<T>(), {seq_len, batch, in}, device_)
+                       : TensorView<T>();
+        if (staged_)
+            backward_by_layer(dy_run, dhn, dcn, dx);
+        else
+            backward_whole(dy_run, dhn, dcn, dx);
+        if (!compute_dx || !bf) return dx;  // empty unless compute_dx
+        T* dst = static_cast<T*>(dx_bf_.reserve(bytes_of(seq_len * batch * in)));
+        detail::swap_leading_dims(device_, context_, seq_len, batch, in, dx.data(), dst);
+        return TensorView<const T>(dst, {batch, seq_len, in}, device_);
     }
 
-    TensorView<const T> dh0() const { return state_view(dh0_); }
-    TensorView<const T> dc0() const { return state_view(dc0_); }
+    TensorView<const T> dh0() const { return h_state_view(dh0_); }  // (L*D, N, S)
+    TensorView<const T> dc0() const { return c_state_view(dc0_); }  // (L*D, N, H)
+
+    // Dropout masks are drawn from (seed, number of dropout forwards so far, layer, element), so
+    // a seed and a count reproduce them exactly; checkpoints save both. The seed starts at 0.
+    uint64_t dropout_seed() const { return dropout_seed_; }
+    uint64_t dropout_count() const { return dropout_count_; }
+    void set_dropout_state(uint64_t seed, uint64_t count = 0) {
+        dropout_seed_ = seed;
+        dropout_count_ = count;
+    }
+    // The mask of the last training forward after layer `layer` (0 .. L-2): (T, N, D*S) time-
+    // major, each element 0 or 1 / (1 - dropout), on device(). Empty when that forward ran
+    // without dropout.
+    TensorView<const T> dropout_mask(int64_t layer) const {
+        if (!staged_) return {};
+        check(layer >= 0 && layer + 1 < config_.num_layers, "dropout_mask: layer must be in 0..",
+              config_.num_layers - 2, ", got ", layer);
+        return TensorView<const T>(stage(layer, Stage::mask), {x_.size(0), x_.size(1), out_width()},
+                                   device_);
+    }
 
     // Bytes of the buffers the last forward needed (reserve + workspace of the training step).
     size_t workspace_bytes() const { return workspace_need_; }
@@ -194,6 +232,7 @@ public:
 private:
     LstmT(const Config& config, const Variant& variant, cuda::Context* borrowed)
         : config_(config),
+          core_(config.core()),
           variant_(&variant),
           device_(variant.device()),
           context_(borrowed),
@@ -206,8 +245,16 @@ private:
           dh0_(device_),
           dc0_(device_),
           workspace_(device_),
-          reserve_(device_) {
-        variant_->require(config_, dtype_of<T>(), false);
+          reserve_(device_),
+          x_tm_(device_),
+          y_bf_(device_),
+          dy_tm_(device_),
+          dx_bf_(device_),
+          stages_(device_),
+          d_mid_(device_) {
+        config_.validate();
+        variant_->require(core_, dtype_of<T>(), false);
+        layer_reserve_offset_.assign(static_cast<size_t>(config_.num_layers), 0);
         if (device_ == Device::cuda) {
 #if LSTM_WITH_CUDA
             if (context_ == nullptr) {
@@ -232,50 +279,272 @@ private:
 
     TensorView<const T> run(TensorView<const T> x, Span<const int64_t> lengths,
                             TensorView<const T> h0, TensorView<const T> c0, bool training) {
-        check(x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", x.shape_string());
-        const int64_t seq_len = x.size(0), batch = x.size(1);
+        const bool bf = config_.batch_first;
+        check(x.rank() == 3, "x must have rank 3 (", bf ? "N, T, I" : "T, N, I", "), got shape ",
+              x.shape_string());
+        const int64_t seq_len = bf ? x.size(1) : x.size(0), batch = bf ? x.size(0) : x.size(1);
+        const int64_t in = config_.input_size, out = config_.output_size();
+        check_layer_tensor(x, "x", seq_len, batch, in);
+        check_states(h0, c0, "h0", "c0", batch);
         const DType dtype = dtype_of<T>();
-        workspace_need_ = variant_->workspace_bytes(config_, dtype, seq_len, batch);
-        reserve_need_ = training ? variant_->reserve_bytes(config_, dtype, seq_len, batch) : 0;
-        const int64_t state_elems = config_.num_cells() * batch * config_.hidden_size;
+        const int64_t layers = config_.num_layers;
+        const bool staged = training && config_.dropout > 0.0 && layers > 1;
+        // Per-layer calls: the largest layer's workspace, every layer's reserve back to back
+        // (each at a 64-byte boundary, as the variants carve from one).
+        workspace_need_ = 0;
+        reserve_need_ = 0;
+        for (int64_t l = 0; l < (staged ? layers : 1); ++l) {
+            const Config cl = staged ? core_.single_layer(l) : core_;
+            workspace_need_ =
+                std::max(workspace_need_, variant_->workspace_bytes(cl, dtype, seq_len, batch));
+            layer_reserve_offset_[static_cast<size_t>(l)] = reserve_need_;
+            if (training)
+                reserve_need_ +=
+                    round_up(variant_->reserve_bytes(cl, dtype, seq_len, batch), kReserveAlign);
+        }
+        const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
+        const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
         if (device_ == Device::cpu)
             MemoryRequest()
-                .add("y", bytes_of({seq_len, batch, config_.output_size()}), y_.size())
-                .add("hn", bytes_of({state_elems}), hn_.size())
-                .add("cn", bytes_of({state_elems}), cn_.size())
+                .add("y", bytes_of({seq_len, batch, out}), y_.size())
+                .add("hn", bytes_of({h_elems}), hn_.size())
+                .add("cn", bytes_of({c_elems}), cn_.size())
                 .add("workspace", workspace_need_, workspace_.size())
                 .add("reserve", reserve_need_, reserve_.size())
+                .add("x (time-major copy)", bf ? bytes_of({seq_len, batch, in}) : 0, x_tm_.size())
+                .add("y (batch-first copy)", bf ? bytes_of({seq_len, batch, out}) : 0, y_bf_.size())
+                .add("dropout stages", staged ? bytes_of({3, layers - 1, seq_len, batch, out}) : 0,
+                     stages_.size())
                 .check([&] {
                     return describe(training ? "Lstm::forward" : "Lstm::infer", seq_len, batch);
                 });
-        y_.reserve(bytes_of(seq_len * batch * config_.output_size()));
-        hn_.reserve(bytes_of(state_elems));
-        cn_.reserve(bytes_of(state_elems));
-        ForwardArgs<T> a;
-        a.x = x;
-        a.lengths = lengths;
-        a.h0 = h0;
-        a.c0 = c0;
-        a.params = parameters().view();
-        a.y = TensorView<T>(y_.template as<T>(), {seq_len, batch, config_.output_size()}, device_);
-        a.hn = state_view_mut(hn_, batch);
-        a.cn = state_view_mut(cn_, batch);
-        a.workspace = workspace_.reserve(workspace_need_);
-        a.workspace_size = workspace_.size();
-        a.reserve = training ? reserve_.reserve(reserve_need_) : nullptr;
-        a.reserve_size = training ? reserve_.size() : 0;
-        a.context = context_;
+        y_.reserve(bytes_of(seq_len * batch * out));
+        hn_.reserve(bytes_of(h_elems));
+        cn_.reserve(bytes_of(c_elems));
+        workspace_.reserve(workspace_need_);
+        reserve_.reserve(reserve_need_);
+        TensorView<const T> x_run = x;
+        if (bf) {
+            T* dst = static_cast<T*>(x_tm_.reserve(bytes_of(seq_len * batch * in)));
+            detail::swap_leading_dims(device_, context_, batch, seq_len, in, x.data(), dst);
+            x_run = TensorView<const T>(dst, {seq_len, batch, in}, device_);
+        }
         trained_ = false;
-        variant_->forward(config_, a);
-        trained_ = training;
-        x_ = x;
+        staged_ = false;
+        x_ = x_run;
         lengths_.assign(lengths.begin(), lengths.end());
         h0_ = h0;
         c0_ = c0;
         batch_ = batch;
-        y_view_ = a.y;
-        return y_view_;
+        y_view_ = TensorView<T>(y_.template as<T>(), {seq_len, batch, out}, device_);
+        if (staged) {
+            stages_.reserve(bytes_of(3 * (layers - 1) * seq_len * batch * out));
+            staged_ = true;
+            forward_by_layer(lengths);
+            ++dropout_count_;
+        } else {
+            forward_whole(lengths, training);
+        }
+        trained_ = training;
+        y_out_ = y_view_;
+        if (bf) {
+            T* dst = static_cast<T*>(y_bf_.reserve(bytes_of(seq_len * batch * out)));
+            detail::swap_leading_dims(device_, context_, seq_len, batch, out, y_view_.data(), dst);
+            y_out_ = TensorView<const T>(dst, {batch, seq_len, out}, device_);
+        }
+        return y_out_;
     }
+
+    // The whole stack as one variant call on x_ (time-major), h0_, c0_ into y_view_, hn_, cn_.
+    void forward_whole(Span<const int64_t> lengths, bool training) {
+        ForwardArgs<T> a;
+        a.x = x_;
+        a.lengths = lengths;
+        a.h0 = h0_;
+        a.c0 = c0_;
+        a.params = parameters().view();
+        a.y = y_view_;
+        a.hn = state_slice(hn_, 0, config_.num_layers, config_.state_size());
+        a.cn = state_slice(cn_, 0, config_.num_layers, config_.hidden_size);
+        a.workspace = workspace_.data();
+        a.workspace_size = workspace_.size();
+        a.reserve = training ? reserve_.data() : nullptr;
+        a.reserve_size = training ? reserve_.size() : 0;
+        a.context = context_;
+        variant_->forward(core_, a);
+    }
+
+    // A training forward one layer at a time: layer l reads x_ (l = 0) or the dropped-out output
+    // of layer l - 1, and writes its own stage (the top layer writes y_view_); the dropout mask
+    // and the dropped output of every layer but the top stay in stages_ for backward.
+    void forward_by_layer(Span<const int64_t> lengths) {
+        const int64_t layers = config_.num_layers, seq_len = x_.size(0);
+        const int64_t plane = seq_len * batch_ * out_width();
+        for (int64_t l = 0; l < layers; ++l) {
+            const Config cl = core_.single_layer(l);
+            ForwardArgs<T> a;
+            a.x = l == 0 ? x_ : stage_view(l - 1, Stage::dropped);
+            a.lengths = lengths;
+            a.h0 = initial_slice(h0_, l, config_.state_size());
+            a.c0 = initial_slice(c0_, l, config_.hidden_size);
+            a.params = layer_params(parameters().data, l);
+            a.y = l + 1 == layers ? y_view_ : stage_view_mut(l, Stage::output);
+            a.hn = state_slice(hn_, l, 1, config_.state_size());
+            a.cn = state_slice(cn_, l, 1, config_.hidden_size);
+            a.workspace = workspace_.data();
+            a.workspace_size = workspace_.size();
+            a.reserve = layer_reserve(l);
+            a.reserve_size = variant_->reserve_bytes(cl, dtype_of<T>(), seq_len, batch_);
+            a.context = context_;
+            variant_->forward(cl, a);
+            if (l + 1 < layers)
+                detail::dropout(device_, context_, plane, dropout_key(l), config_.dropout,
+                                stage(l, Stage::output), stage(l, Stage::mask),
+                                stage(l, Stage::dropped));
+        }
+    }
+
+    // Backward of forward_whole: one variant call.
+    void backward_whole(TensorView<const T> dy, TensorView<const T> dhn, TensorView<const T> dcn,
+                        TensorView<T> dx) {
+        BackwardArgs<T> a;
+        a.x = x_;
+        a.lengths = Span<const int64_t>(lengths_);
+        a.h0 = h0_;
+        a.c0 = c0_;
+        a.params = parameters().view();
+        a.y = y_view_;
+        a.dy = dy;
+        a.dhn = dhn;
+        a.dcn = dcn;
+        a.dx = dx;
+        a.dh0 = state_slice(dh0_, 0, config_.num_layers, config_.state_size());
+        a.dc0 = state_slice(dc0_, 0, config_.num_layers, config_.hidden_size);
+        a.dparams = gradients().view();
+        a.workspace = workspace_.data();
+        a.workspace_size = workspace_.size();
+        a.reserve = reserve_.data();
+        a.reserve_size = reserve_.size();
+        a.context = context_;
+        variant_->backward(core_, a);
+    }
+
+    // Backward of forward_by_layer, top layer first: each layer's input gradient goes back
+    // through its dropout mask (in place) to become the output gradient of the layer below.
+    void backward_by_layer(TensorView<const T> dy, TensorView<const T> dhn, TensorView<const T> dcn,
+                           TensorView<T> dx) {
+        const int64_t layers = config_.num_layers, seq_len = x_.size(0);
+        const int64_t plane = seq_len * batch_ * out_width();
+        d_mid_.reserve(bytes_of(2 * plane));
+        T* mid[2] = {d_mid_.template as<T>(), d_mid_.template as<T>() + plane};
+        TensorView<const T> d_out = dy;
+        for (int64_t l = layers - 1; l >= 0; --l) {
+            const Config cl = core_.single_layer(l);
+            T* d_in = l > 0 ? mid[l % 2] : nullptr;
+            BackwardArgs<T> a;
+            a.x = l == 0 ? x_ : stage_view(l - 1, Stage::dropped);
+            a.lengths = Span<const int64_t>(lengths_);
+            a.h0 = initial_slice(h0_, l, config_.state_size());
+            a.c0 = initial_slice(c0_, l, config_.hidden_size);
+            a.params = layer_params(parameters().data, l);
+            a.y = l + 1 == layers ? TensorView<const T>(y_view_) : stage_view(l, Stage::output);
+            a.dy = d_out;
+            a.dhn = initial_slice(dhn, l, config_.state_size());
+            a.dcn = initial_slice(dcn, l, config_.hidden_size);
+            a.dx = l > 0 ? TensorView<T>(d_in, {seq_len, batch_, out_width()}, device_) : dx;
+            a.dh0 = state_slice(dh0_, l, 1, config_.state_size());
+            a.dc0 = state_slice(dc0_, l, 1, config_.hidden_size);
+            a.dparams = layer_params(gradients().data, l);
+            a.workspace = workspace_.data();
+            a.workspace_size = workspace_.size();
+            a.reserve = layer_reserve(l);
+            a.reserve_size = variant_->reserve_bytes(cl, dtype_of<T>(), seq_len, batch_);
+            a.context = context_;
+            variant_->backward(cl, a);
+            if (l == 0) break;
+            detail::multiply(device_, context_, plane, d_in, stage(l - 1, Stage::mask), d_in);
+            d_out = TensorView<const T>(d_in, {seq_len, batch_, out_width()}, device_);
+        }
+    }
+
+    // What stages_ holds per layer below the top, each (T, N, D*S): the layer's own output, its
+    // dropout mask, and the masked output the next layer reads.
+    enum class Stage { output = 0, mask = 1, dropped = 2 };
+    T* stage(int64_t layer, Stage which) const {
+        const int64_t plane = x_.size(0) * batch_ * out_width();
+        return stages_.template as<T>() + (3 * layer + static_cast<int64_t>(which)) * plane;
+    }
+    TensorView<const T> stage_view(int64_t layer, Stage which) const {
+        return TensorView<const T>(stage(layer, which), {x_.size(0), batch_, out_width()}, device_);
+    }
+    TensorView<T> stage_view_mut(int64_t layer, Stage which) {
+        return TensorView<T>(stage(layer, which), {x_.size(0), batch_, out_width()}, device_);
+    }
+    // Layer `layer`'s mask key: every (seed, forward count, layer) gets its own stream.
+    uint64_t dropout_key(int64_t layer) const {
+        using kernels::splitmix64;
+        return splitmix64(splitmix64(dropout_seed_) ^
+                          (dropout_count_ * static_cast<uint64_t>(config_.num_layers) +
+                           static_cast<uint64_t>(layer)));
+    }
+    void* layer_reserve(int64_t layer) {
+        return static_cast<unsigned char*>(reserve_.data()) +
+               layer_reserve_offset_[static_cast<size_t>(layer)];
+    }
+    // Layer `layer`'s slice of a flat parameter or gradient buffer, in config.single_layer(layer)
+    // layout.
+    TensorView<T> layer_params(T* flat, int64_t layer) const {
+        return TensorView<T>(flat + layer_param_offset(config_, layer),
+                             {param_count(core_.single_layer(layer))}, device_);
+    }
+    // Layer `layer`'s (D, N, width) slice of a (L*D, N, width) state given by the caller; empty
+    // stays empty.
+    TensorView<const T> initial_slice(TensorView<const T> v, int64_t layer, int64_t width) const {
+        if (v.empty()) return v;
+        const int64_t dirs = config_.num_directions();
+        return TensorView<const T>(v.data() + layer * dirs * batch_ * width, {dirs, batch_, width},
+                                   device_);
+    }
+    // Cells [layer * D, (layer + count) * D) of a layer-owned (L*D, N, width) state buffer.
+    TensorView<T> state_slice(Buffer& b, int64_t layer, int64_t count, int64_t width) {
+        const int64_t dirs = config_.num_directions();
+        return TensorView<T>(b.template as<T>() + layer * dirs * batch_ * width,
+                             {count * dirs, batch_, width}, device_);
+    }
+    int64_t out_width() const { return config_.output_size(); }
+
+    // Checks a caller's x / dy: (T, N, F), or (N, T, F) with batch_first, in the layer's memory
+    // space (the variant would check its time-major copy, whose message would not name the
+    // caller's layout).
+    void check_layer_tensor(TensorView<const T> v, const char* name, int64_t seq_len, int64_t batch,
+                            int64_t features) const {
+        check(!v.empty(), name, " must be given, got an empty view");
+        if (config_.batch_first)
+            check_shape(v, name, {batch, seq_len, features});
+        else
+            check_shape(v, name, {seq_len, batch, features});
+        check(v.device() == device_, name, " lives on ", to_string(v.device()),
+              " but the layer runs on ", to_string(device_));
+    }
+    // h-like (L*D, N, S) and c-like (L*D, N, H) states given by the caller, or empty.
+    void check_states(TensorView<const T> h, TensorView<const T> c, const char* h_name,
+                      const char* c_name, int64_t batch) const {
+        if (!h.empty()) {
+            check_shape(h, h_name, {config_.num_cells(), batch, config_.state_size()});
+            check(h.device() == device_, h_name, " lives on ", to_string(h.device()),
+                  " but the layer runs on ", to_string(device_));
+        }
+        if (!c.empty()) {
+            check_shape(c, c_name, {config_.num_cells(), batch, config_.hidden_size});
+            check(c.device() == device_, c_name, " lives on ", to_string(c.device()),
+                  " but the layer runs on ", to_string(device_));
+        }
+    }
+    static size_t round_up(size_t bytes, size_t align) {
+        return (bytes + align - 1) / align * align;
+    }
+    // Variants carve their reserve from a 64-byte boundary (a cache line; AVX-512 loads).
+    static constexpr size_t kReserveAlign = 64;
 
     int64_t count() const { return param_count(config_); }
     static size_t bytes_of(int64_t elements) { return static_cast<size_t>(elements) * sizeof(T); }
@@ -292,16 +561,17 @@ private:
         check(size == count(), "Lstm::", fn, ": the host buffer has ", size,
               " elements, expected param_count(config) = ", count());
     }
-    TensorView<T> state_view_mut(Buffer& b, int64_t batch) {
-        return TensorView<T>(b.template as<T>(), {config_.num_cells(), batch, config_.hidden_size},
-                             device_);
+    TensorView<const T> h_state_view(const Buffer& b) const {
+        return TensorView<const T>(b.template as<T>(),
+                                   {config_.num_cells(), batch_, config_.state_size()}, device_);
     }
-    TensorView<const T> state_view(const Buffer& b) const {
+    TensorView<const T> c_state_view(const Buffer& b) const {
         return TensorView<const T>(b.template as<T>(),
                                    {config_.num_cells(), batch_, config_.hidden_size}, device_);
     }
 
     Config config_;
+    Config core_;  // what the variant runs: config_ without batch_first and dropout
     const Variant* variant_;
     Device device_;
     cuda::Context* context_;  // the owned or the borrowed one; null on the host
@@ -312,11 +582,18 @@ private:
     Buffer params_, grads_;
     Buffer y_, hn_, cn_, dx_, dh0_, dc0_;
     Buffer workspace_, reserve_;
+    Buffer x_tm_, y_bf_, dy_tm_, dx_bf_;  // batch_first: the time-major / batch-first copies
+    Buffer stages_, d_mid_;               // dropout: per-layer outputs and masks, their gradients
     std::vector<int64_t> lengths_;
+    std::vector<size_t> layer_reserve_offset_;  // L entries, sized once by the constructor
     size_t workspace_need_ = 0, reserve_need_ = 0;
-    TensorView<const T> x_, h0_, c0_, y_view_;
+    TensorView<const T> x_, h0_, c0_;  // time-major x (the caller's or x_tm_) and the states
+    TensorView<T> y_view_;             // time-major y in y_
+    TensorView<const T> y_out_;        // what forward returned: y_view_ or its batch-first copy
     int64_t batch_ = 0;
+    uint64_t dropout_seed_ = 0, dropout_count_ = 0;
     bool trained_ = false;
+    bool staged_ = false;  // the last training forward ran layer by layer (dropout)
 };
 
 using Lstm = LstmT<float>;

@@ -40,17 +40,17 @@ inline const char* to_string(BackwardPart part) {
 }
 
 // Inputs and outputs of one forward call. Shapes use T = x.size(0), N = x.size(1), L layers,
-// D directions, H hidden units. Every tensor lives in the variant's memory space, except
-// `lengths`, which is always on the host.
+// D directions, H hidden units, S = config.state_size() (proj_size, or H without a projection).
+// Every tensor lives in the variant's memory space, except `lengths`, which is always on the host.
 template <typename T>
 struct ForwardArgs {
     TensorView<const T> x;        // (T, N, I) input, time-major
     Span<const int64_t> lengths;  // host (N), each in 1..T; empty: every sequence has length T
-    TensorView<const T> h0;       // (L*D, N, H) initial hidden state; empty: zeros
+    TensorView<const T> h0;       // (L*D, N, S) initial hidden state; empty: zeros
     TensorView<const T> c0;       // (L*D, N, H) initial cell state; empty: zeros
     TensorView<const T> params;   // (param_count(config)) flat, PyTorch parameters() order
-    TensorView<T> y;              // (T, N, D*H) overwritten; zero at padded positions
-    TensorView<T> hn;           // (L*D, N, H) overwritten, state at each last valid step; optional
+    TensorView<T> y;              // (T, N, D*S) overwritten; zero at padded positions
+    TensorView<T> hn;           // (L*D, N, S) overwritten, state at each last valid step; optional
     TensorView<T> cn;           // (L*D, N, H) overwritten; optional
     void* workspace = nullptr;  // scratch of workspace_bytes(), clobbered
     size_t workspace_size = 0;
@@ -66,15 +66,15 @@ template <typename T>
 struct BackwardArgs {
     TensorView<const T> x;        // (T, N, I)
     Span<const int64_t> lengths;  // host (N); empty: all T
-    TensorView<const T> h0;       // (L*D, N, H); empty: zeros
+    TensorView<const T> h0;       // (L*D, N, S); empty: zeros
     TensorView<const T> c0;       // (L*D, N, H); empty: zeros
     TensorView<const T> params;   // (param_count(config))
-    TensorView<const T> y;        // (T, N, D*H) output of the matching forward
-    TensorView<const T> dy;       // (T, N, D*H) gradient of the loss w.r.t. y; padded rows ignored
-    TensorView<const T> dhn;      // (L*D, N, H); empty: zeros
+    TensorView<const T> y;        // (T, N, D*S) output of the matching forward
+    TensorView<const T> dy;       // (T, N, D*S) gradient of the loss w.r.t. y; padded rows ignored
+    TensorView<const T> dhn;      // (L*D, N, S); empty: zeros
     TensorView<const T> dcn;      // (L*D, N, H); empty: zeros
     TensorView<T> dx;             // (T, N, I) overwritten (zero at padded positions); optional
-    TensorView<T> dh0;            // (L*D, N, H) overwritten; optional
+    TensorView<T> dh0;            // (L*D, N, S) overwritten; optional
     TensorView<T> dc0;            // (L*D, N, H) overwritten; optional
     TensorView<T> dparams;        // (param_count(config)) ACCUMULATED into
     void* workspace = nullptr;
@@ -118,9 +118,16 @@ public:
     void backward(const Config& config, const BackwardArgs<T>& args) const;
 
     // Throws the message of supports() / supports_variable_lengths() as lstm::Unsupported when
-    // they object (after Config::validate's lstm::InvalidArgument for a malformed config).
+    // they object (after Config::validate's lstm::InvalidArgument for a malformed config). The
+    // layer-level options are lstm::Lstm's to apply; a variant call takes config.core().
     void require(const Config& config, DType dtype, bool variable_lengths) const {
         config.validate();
+        check(!config.batch_first,
+              "config.batch_first: a Variant call is time-major, (T, N, features); lstm::Lstm "
+              "applies batch_first around it (pass config.core() here)");
+        check(config.dropout == 0.0, "config.dropout = ", config.dropout,
+              ": a Variant call runs without dropout; lstm::Lstm applies it between layers "
+              "(pass config.core() here)");
         if (auto why = supports(config, dtype))
             fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
                                  ") cannot run this config in ", to_string(dtype), ": ", *why);
@@ -170,8 +177,13 @@ void check_device(const V& view, const char* name, Device device) {
           " but the variant runs on ", to_string(device));
 }
 
+// h-like states (h0, hn, dhn, dh0) are (L*D, N, S); c-like ones (c0, cn, dcn, dc0) (L*D, N, H).
 template <typename V>
-void check_optional_state(const V& view, const char* name, const Config& config, int64_t batch) {
+void check_optional_h(const V& view, const char* name, const Config& config, int64_t batch) {
+    if (!view.empty()) check_shape(view, name, {config.num_cells(), batch, config.state_size()});
+}
+template <typename V>
+void check_optional_c(const V& view, const char* name, const Config& config, int64_t batch) {
     if (!view.empty()) check_shape(view, name, {config.num_cells(), batch, config.hidden_size});
 }
 
@@ -191,8 +203,8 @@ void check_common(const Variant& variant, const Config& config, const A& args, D
           " does not match config.input_size = ", config.input_size);
     check_lengths(args.lengths, seq_len, batch);
     variant.require(config, dtype, has_variable_lengths(args.lengths, seq_len));
-    check_optional_state(args.h0, "h0", config, batch);
-    check_optional_state(args.c0, "c0", config, batch);
+    check_optional_h(args.h0, "h0", config, batch);
+    check_optional_c(args.c0, "c0", config, batch);
     check(args.params.numel() == param_count(config), "params has ", args.params.numel(),
           " elements, expected param_count(config) = ", param_count(config));
     const Device dev = variant.device();
@@ -216,8 +228,8 @@ void Variant::forward(const Config& config, const ForwardArgs<T>& args) const {
     detail::check_common(*this, config, args, dtype);
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
     check_shape(args.y, "y", {seq_len, batch, config.output_size()});
-    detail::check_optional_state(args.hn, "hn", config, batch);
-    detail::check_optional_state(args.cn, "cn", config, batch);
+    detail::check_optional_h(args.hn, "hn", config, batch);
+    detail::check_optional_c(args.cn, "cn", config, batch);
     detail::check_device(args.y, "y", device());
     detail::check_device(args.hn, "hn", device());
     detail::check_device(args.cn, "cn", device());
@@ -234,11 +246,11 @@ void Variant::backward(const Config& config, const BackwardArgs<T>& args) const 
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
     check_shape(args.y, "y", {seq_len, batch, config.output_size()});
     check_shape(args.dy, "dy", {seq_len, batch, config.output_size()});
-    detail::check_optional_state(args.dhn, "dhn", config, batch);
-    detail::check_optional_state(args.dcn, "dcn", config, batch);
+    detail::check_optional_h(args.dhn, "dhn", config, batch);
+    detail::check_optional_c(args.dcn, "dcn", config, batch);
     if (!args.dx.empty()) check_shape(args.dx, "dx", {seq_len, batch, config.input_size});
-    detail::check_optional_state(args.dh0, "dh0", config, batch);
-    detail::check_optional_state(args.dc0, "dc0", config, batch);
+    detail::check_optional_h(args.dh0, "dh0", config, batch);
+    detail::check_optional_c(args.dc0, "dc0", config, batch);
     if (args.part != BackwardPart::all) {
         if (auto why = supports_split_backward())
             fail("variant '", name(), "' (", to_string(device()), ") cannot run backward part ",

@@ -27,16 +27,23 @@ using cuda::CudnnPieceKind;
 
 namespace {
 
+Config without_bias(Config c) {
+    c.bias = false;
+    return c;
+}
+
 const Config kConfigs[] = {
     {3, 5, 1, false},  // I != H, one cell
     {3, 5, 2, true},   // bidirectional stack: layer 1 reads 2H
     {4, 4, 3, false},  // I == H, three layers
     {7, 2, 2, true},
+    without_bias({3, 5, 2, true}),  // CUDNN_RNN_NO_BIAS: matrices only
 };
 
 std::string config_name(const Config& c) {
     return "I " + std::to_string(c.input_size) + ", H " + std::to_string(c.hidden_size) + ", L " +
-           std::to_string(c.num_layers) + (c.bidirectional ? ", bi" : ", uni");
+           std::to_string(c.num_layers) + (c.bidirectional ? ", bi" : ", uni") +
+           (c.bias ? "" : ", no bias");
 }
 
 // What a piece must be, stated through PyTorch's parameter names (param_entries) rather than
@@ -116,7 +123,7 @@ TEST_CASE("cudnn mapping: every linLayerID names the PyTorch rows it holds", "[c
     for (const Config& config : kConfigs) {
         INFO(config_name(config));
         const std::vector<CudnnPiece> pieces = cuda::cudnn_pieces(config);
-        REQUIRE(pieces.size() == size_t(config.num_cells() * 16));
+        REQUIRE(pieces.size() == size_t(config.num_cells() * (config.bias ? 16 : 8)));
         for (const CudnnPiece& p : pieces) {
             const CudnnPiece want = expected_piece(config, p.pseudo_layer, p.lin_layer_id, p.kind);
             INFO(cuda::cudnn_piece_name(config, p));

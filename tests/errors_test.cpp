@@ -142,9 +142,31 @@ TEST_CASE("the registry and the layer report unknown names and misuse", "[errors
     std::vector<float> dy(2 * 1 * 5, 1.0f);
     CHECK_THROWS_WITH(layer.backward(TensorView<const float>(dy.data(), {2, 1, 5})),
                       Contains("needs a training forward() first"));
+    // nn.LSTM's own limits on its options, and a variant that lacks one says so by kind.
     Config projected{3, 5, 1, false};
+    projected.proj_size = 5;
+    CHECK_THROWS_WITH(Lstm(projected, "basic"),
+                      Contains("config.proj_size must be smaller than hidden_size = 5, got 5"));
     projected.proj_size = 2;
-    CHECK_THROWS_WITH(Lstm(projected, "basic"), Contains("config.proj_size must be 0"));
+    CHECK_THROWS_AS(Lstm(projected, "fused"), Unsupported);
+    CHECK_THROWS_WITH(Lstm(projected, "fused"), Contains("projections (proj_size > 0)"));
+    Config dropped{3, 5, 2, false};
+    dropped.dropout = 1.5;
+    CHECK_THROWS_WITH(Lstm(dropped, "basic"),
+                      Contains("config.dropout must be a probability in [0, 1], got 1.5"));
+    // A raw variant call is time-major and dropout-free: the layer-level options are refused.
+    dropped.dropout = 0.5;
+    CHECK_THROWS_WITH(find_variant("basic", Device::cpu).require(dropped, DType::f32, false),
+                      Contains("lstm::Lstm applies it between layers"));
+    Config batch_major{3, 5, 1, false};
+    batch_major.batch_first = true;
+    CHECK_THROWS_WITH(find_variant("basic", Device::cpu).require(batch_major, DType::f32, false),
+                      Contains("config.batch_first: a Variant call is time-major"));
+    // batch_first names the caller's layout in a shape error.
+    Lstm bf(batch_major, "basic");
+    std::vector<float> x(2 * 4 * 3, 0.5f);
+    CHECK_THROWS_WITH(bf.forward(TensorView<const float>(x.data(), {2, 4, 2})),
+                      Contains("x must have shape (2, 4, 3), got (2, 4, 2)"));
 }
 
 TEST_CASE("each error says its kind, and each kind is caught by its own class", "[errors]") {

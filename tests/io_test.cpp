@@ -61,6 +61,26 @@ std::vector<int64_t> shape_of(const ParamEntry& e) {
     return e.cols == 0 ? std::vector<int64_t>{e.rows} : std::vector<int64_t>{e.rows, e.cols};
 }
 
+// A stack config with nn.LSTM's proj_size and bias set, which the positional aggregate form
+// hides behind four other fields.
+Config lstm_config(int64_t input, int64_t hidden, int64_t layers, bool bidirectional,
+                   int64_t proj_size, bool bias) {
+    Config c{input, hidden, layers, bidirectional};
+    c.proj_size = proj_size;
+    c.bias = bias;
+    return c;
+}
+
+// The message of the lstm::Error that infer_lstm_config(file) throws ("" when it does not).
+std::string infer_error(const TensorFile& file) {
+    try {
+        infer_lstm_config(file);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 }  // namespace
 
 TEST_CASE("safetensors round trip is bit-exact for every dtype, rank and special value", "[io]") {
@@ -296,6 +316,109 @@ TEST_CASE("nn.LSTM state_dict export then import is bit-exact and infers the con
     CHECK(infer_lstm_config(torch_file) == Config{2, 3, 2, false});
 }
 
+TEST_CASE("nn.LSTM state_dicts with bias=False or proj_size infer and round-trip", "[io]") {
+    SECTION("PyTorch-written files") {
+        struct Case {
+            const char* name;
+            Config config;
+        };
+        for (const Case& c :
+             {Case{"lstm_proj_bi2_varlen", lstm_config(3, 5, 2, true, 2, true)},
+              Case{"lstm_nobias_uni2", lstm_config(3, 4, 2, false, 0, false)},
+              Case{"lstm_proj_nobias_uni1", lstm_config(2, 6, 1, false, 3, false)}}) {
+            INFO(c.name);
+            const TensorFile file =
+                read_safetensors(data_path(std::string(c.name) + ".params.safetensors"));
+            const Config inferred = infer_lstm_config(file);
+            CHECK(inferred == c.config);
+            // What the generator says it gave nn.LSTM, so the expected configs above cannot
+            // drift from the files.
+            CHECK(file.metadata.at("proj_size") == std::to_string(inferred.proj_size));
+            CHECK(file.metadata.at("bias") == (inferred.bias ? "true" : "false"));
+            // PyTorch's state_dict order is parameters() order: the same names, in the same
+            // order, as param_entries().
+            const std::vector<ParamEntry> entries = param_entries(inferred);
+            REQUIRE(file.size() == entries.size());
+            for (size_t k = 0; k < entries.size(); ++k) {
+                CHECK(file.tensors()[k].name == entries[k].name);
+                CHECK(file.tensors()[k].shape == shape_of(entries[k]));
+            }
+        }
+    }
+    SECTION("export then import") {
+        for (const Config& config :
+             {lstm_config(3, 4, 2, true, 2, true), lstm_config(3, 4, 2, true, 0, false),
+              lstm_config(3, 4, 2, true, 3, false), lstm_config(5, 3, 3, false, 1, false),
+              lstm_config(2, 6, 1, false, 5, true)}) {
+            INFO("layers " << config.num_layers << ", bidirectional " << config.bidirectional
+                           << ", proj_size " << config.proj_size << ", bias " << config.bias);
+            const auto params = test::random_vector<float>(param_count(config), 21);
+            TensorFile file;
+            export_lstm(file, config, Span<const float>(params.data(), params.size()), "enc.");
+            const TensorFile back = parse_safetensors(serialize_safetensors(file));
+            const ImportedLstm<float> imported = import_lstm<float>(back, "enc.");
+            CHECK(imported.config == config);
+            CHECK(std::memcmp(imported.params.data(), params.data(), params.size() * 4) == 0);
+            CHECK((back.find("enc.bias_ih_l0") != nullptr) == config.bias);
+            CHECK((back.find("enc.weight_hr_l0") != nullptr) == (config.proj_size > 0));
+        }
+        // Exactly PyTorch's names for LSTM(2, 3, bidirectional=True, proj_size=1, bias=False).
+        const Config config = lstm_config(2, 3, 1, true, 1, false);
+        const std::vector<float> params(static_cast<size_t>(param_count(config)), 0.5f);
+        TensorFile file;
+        export_lstm(file, config, Span<const float>(params.data(), params.size()));
+        std::vector<std::string> names;
+        for (const Tensor& t : file.tensors()) names.push_back(t.name);
+        CHECK(names == std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "weight_hr_l0",
+                                                "weight_ih_l0_reverse", "weight_hh_l0_reverse",
+                                                "weight_hr_l0_reverse"});
+        CHECK(file.at("weight_hh_l0_reverse").shape == std::vector<int64_t>{12, 1});
+        CHECK(file.at("weight_hr_l0_reverse").shape == std::vector<int64_t>{1, 3});
+    }
+    SECTION("what is wrong with a projection or bias=False file is listed") {
+        using Catch::Contains;
+        const Config config = lstm_config(3, 4, 2, true, 2, false);
+        const auto params = test::random_vector<float>(param_count(config), 22);
+        TensorFile full;
+        export_lstm(full, config, Span<const float>(params.data(), params.size()));
+        full.source = "proj.safetensors";
+        REQUIRE(infer_error(full).empty());
+        // A copy of `full` with `replace` swapped in and `extra` added.
+        auto edited = [&](const Tensor* replace, const Tensor* extra) {
+            TensorFile out;
+            out.source = full.source;
+            for (const Tensor& t : full.tensors())
+                out.add(replace && replace->name == t.name ? *replace : t);
+            if (extra) out.add(*extra);
+            return out;
+        };
+        const Tensor wide_hr = f32_tensor("weight_hr_l0", {2, 5}, 3);
+        const std::string wide = infer_error(edited(&wide_hr, nullptr));
+        CHECK_THAT(wide, Contains("(input_size 3, hidden_size 4, proj_size 2, num_layers 2, "
+                                  "bidirectional, bias=False)"));
+        CHECK_THAT(wide, Contains("wrong shape: weight_hr_l0 is (2, 5), expected (2, 4)"));
+        const Tensor square_hr = f32_tensor("weight_hr_l0", {4, 4}, 3);
+        CHECK_THAT(infer_error(edited(&square_hr, nullptr)),
+                   Contains("weight_hr_l0 has shape (4, 4), expected (proj_size, hidden_size) "
+                            "with 1 <= proj_size < hidden_size = 4"));
+        const Tensor flat_hr = f32_tensor("weight_hr_l0", {8}, 3);
+        CHECK_THAT(infer_error(edited(&flat_hr, nullptr)),
+                   Contains("weight_hr_l0 has shape (8), expected (proj_size, hidden_size)"));
+        const Tensor bad_hh = f32_tensor("weight_hh_l1_reverse", {16, 4}, 3);
+        CHECK_THAT(infer_error(edited(&bad_hh, nullptr)),
+                   Contains("wrong shape: weight_hh_l1_reverse is (16, 4), expected (16, 2)"));
+        // Without a bias in layer 0 the file is bias=False, so a later layer's bias is extra.
+        const Tensor late_bias = f32_tensor("bias_ih_l1", {16}, 3);
+        CHECK_THAT(infer_error(edited(nullptr, &late_bias)), Contains("unexpected: bias_ih_l1"));
+        // A bias in layer 0 makes every cell need both.
+        const Tensor first_bias = f32_tensor("bias_hh_l0", {16}, 3);
+        const std::string biased = infer_error(edited(nullptr, &first_bias));
+        CHECK_THAT(biased, Contains("missing: bias_ih_l0 (16), bias_ih_l0_reverse (16), "
+                                    "bias_hh_l0_reverse (16)"));
+        CHECK_THAT(biased, !Contains("bias=False"));
+    }
+}
+
 TEST_CASE("nn.LSTM state_dict import lists missing, extra and mis-shaped tensors", "[io]") {
     using Catch::Contains;
     const Config config{3, 4, 2, true};
@@ -313,14 +436,7 @@ TEST_CASE("nn.LSTM state_dict import lists missing, extra and mis-shaped tensors
         if (extra) out.add(*extra);
         return out;
     };
-    auto error_of = [](const TensorFile& f) -> std::string {
-        try {
-            infer_lstm_config(f);
-        } catch (const Error& e) {
-            return e.what();
-        }
-        return "";
-    };
+    const auto error_of = infer_error;
 
     CHECK_THAT(error_of(edited("bias_hh_l1_reverse", nullptr, nullptr)),
                Contains("missing: bias_hh_l1_reverse (16)"));
@@ -333,8 +449,19 @@ TEST_CASE("nn.LSTM state_dict import lists missing, extra and mis-shaped tensors
     const Tensor bad_shape = f32_tensor("weight_hh_l1", {16, 5}, 3);
     CHECK_THAT(error_of(edited("", &bad_shape, nullptr)),
                Contains("wrong shape: weight_hh_l1 is (16, 5), expected (16, 4)"));
+    // A weight_hr_l0 makes a projection config: in a file without the projection's other
+    // tensors, their absence and the (16, 4) weight_hh tensors are what is wrong.
     const Tensor proj = f32_tensor("weight_hr_l0", {2, 4}, 3);
-    CHECK_THAT(error_of(edited("", nullptr, &proj)), Contains("proj_size > 0"));
+    const std::string projected = error_of(edited("", nullptr, &proj));
+    CHECK_THAT(projected, Contains("(input_size 3, hidden_size 4, proj_size 2, num_layers 2"));
+    CHECK_THAT(projected, Contains("missing: weight_hr_l0_reverse (2, 4), weight_hr_l1 (2, 4)"));
+    CHECK_THAT(projected, Contains("wrong shape: weight_hh_l0 is (16, 4), expected (16, 2)"));
+    // Only one bias of a cell is a missing bias, not a bias=False config with a stray tensor.
+    CHECK_THAT(error_of(edited("bias_ih_l0", nullptr, nullptr)),
+               Contains("missing: bias_ih_l0 (16)"));
+    const std::string no_hh = error_of(edited("bias_hh_l0", nullptr, nullptr));
+    CHECK_THAT(no_hh, Contains("missing: bias_hh_l0 (16)"));
+    CHECK_THAT(no_hh, !Contains("bias=False"));
     const Tensor ints = Tensor::from("bias_ih_l0", {16}, std::vector<int32_t>(16, 1));
     CHECK_THAT(error_of(edited("", &ints, nullptr)),
                Contains("wrong dtype (F32 or F64 expected): bias_ih_l0 is I32"));
@@ -362,8 +489,8 @@ TEST_CASE("nn.LSTM state_dict import lists missing, extra and mis-shaped tensors
 TEST_CASE("PyTorch state_dicts imported here run to PyTorch's float64 results", "[io]") {
     // import -> the double reference must equal what torch.nn.LSTM computed in float64 from the
     // same parameters and inputs, which pins the layout (names, gate order, directions).
-    for (const char* name :
-         {"lstm_uni1", "lstm_bi1_varlen", "lstm_uni2_varlen", "lstm_bi2_varlen"}) {
+    for (const char* name : {"lstm_uni1", "lstm_bi1_varlen", "lstm_uni2_varlen", "lstm_bi2_varlen",
+                             "lstm_proj_bi2_varlen", "lstm_nobias_uni2", "lstm_proj_nobias_uni1"}) {
         INFO(name);
         const std::string base = data_path(name);
         const ImportedLstm<double> model = import_lstm<double>(base + ".params.safetensors");
@@ -386,6 +513,15 @@ TEST_CASE("PyTorch state_dicts imported here run to PyTorch's float64 results", 
 
         const auto out = reference::lstm_forward(in);
         const auto back = reference::lstm_backward(in, grads);
+        // With a projection h has proj_size features and c hidden_size: the sizes compared below
+        // then tell a mix-up apart, and the shapes pin PyTorch's layout of each.
+        const Config& c = model.config;
+        const std::vector<int64_t> h_shape{c.num_cells(), in.batch, c.state_size()};
+        const std::vector<int64_t> c_shape{c.num_cells(), in.batch, c.hidden_size};
+        CHECK(expected.at("hn").shape == h_shape);
+        CHECK(expected.at("cn").shape == c_shape);
+        CHECK(expected.at("y").shape ==
+              std::vector<int64_t>{in.seq_len, in.batch, c.output_size()});
         const double rtol = 1e-12;
         LSTM_CHECK_CLOSE(test::compare_scaled("y", out.y, expected.at("y").values<double>(), rtol));
         LSTM_CHECK_CLOSE(
@@ -394,9 +530,16 @@ TEST_CASE("PyTorch state_dicts imported here run to PyTorch's float64 results", 
             test::compare_scaled("cn", out.cn, expected.at("cn").values<double>(), rtol));
         LSTM_CHECK_CLOSE(
             test::compare_scaled("dx", back.dx, expected.at("dx").values<double>(), rtol));
-        if (!in.h0.empty())
+        if (!in.h0.empty()) {
+            CHECK(expected.at("dh0").shape == h_shape);
             LSTM_CHECK_CLOSE(
                 test::compare_scaled("dh0", back.dh0, expected.at("dh0").values<double>(), rtol));
+        }
+        if (!in.c0.empty()) {
+            CHECK(expected.at("dc0").shape == c_shape);
+            LSTM_CHECK_CLOSE(
+                test::compare_scaled("dc0", back.dc0, expected.at("dc0").values<double>(), rtol));
+        }
         for (const ParamEntry& e : param_entries(model.config)) {
             const std::vector<double> got(back.dparams.begin() + e.offset,
                                           back.dparams.begin() + e.offset + e.numel());

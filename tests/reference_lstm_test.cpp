@@ -34,7 +34,11 @@ using lstm::test::random_vector;
 constexpr double kStep = 1e-6;
 constexpr double kRtol = 1e-6;
 
-size_t state_size(const Config& c, int64_t N) {
+// Elements of h0/hn (L*D, N, S) and of c0/cn (L*D, N, H); they differ with a projection.
+size_t h_state_size(const Config& c, int64_t N) {
+    return static_cast<size_t>(c.num_cells() * N * c.state_size());
+}
+size_t c_state_size(const Config& c, int64_t N) {
     return static_cast<size_t>(c.num_cells() * N * c.hidden_size);
 }
 
@@ -48,8 +52,8 @@ LstmInputs make_inputs(const Config& config, int64_t T, int64_t N, std::vector<i
     in.batch = N;
     in.x = random_vector(static_cast<size_t>(T * N * config.input_size), seed);
     in.lengths = std::move(lengths);
-    if (with_h0) in.h0 = random_vector(state_size(config, N), seed + 1);
-    if (with_c0) in.c0 = random_vector(state_size(config, N), seed + 2, -2.0, 2.0);
+    if (with_h0) in.h0 = random_vector(h_state_size(config, N), seed + 1);
+    if (with_c0) in.c0 = random_vector(c_state_size(config, N), seed + 2, -2.0, 2.0);
     in.params = random_vector(static_cast<size_t>(lstm::param_count(config)), seed + 3, -0.7, 0.7);
     return in;
 }
@@ -67,11 +71,12 @@ struct Functional {
     LstmOutputGrads grads() const { return {wy, whn, wcn}; }
 };
 
-// Weights for y (T, N, D*H), hn and cn (L*D, N, H).
+// Weights for y (T, N, D*S), hn (L*D, N, S) and cn (L*D, N, H).
 Functional random_functional(const LstmInputs& in, uint64_t seed) {
     const size_t ny = static_cast<size_t>(in.seq_len * in.batch * in.config.output_size());
-    return {random_vector(ny, seed + 10), random_vector(state_size(in.config, in.batch), seed + 11),
-            random_vector(state_size(in.config, in.batch), seed + 12)};
+    return {random_vector(ny, seed + 10),
+            random_vector(h_state_size(in.config, in.batch), seed + 11),
+            random_vector(c_state_size(in.config, in.batch), seed + 12)};
 }
 
 // dF/d(in.*field)[k] by central differences; restores the element afterwards.
@@ -103,8 +108,8 @@ void check_against_finite_differences(const LstmInputs& in, uint64_t seed) {
 
     // An empty h0/c0 means zeros, so its gradient is the one at zero: probe explicit zeros.
     LstmInputs probe = in;
-    if (probe.h0.empty()) probe.h0.assign(state_size(in.config, in.batch), 0.0);
-    if (probe.c0.empty()) probe.c0.assign(state_size(in.config, in.batch), 0.0);
+    if (probe.h0.empty()) probe.h0.assign(h_state_size(in.config, in.batch), 0.0);
+    if (probe.c0.empty()) probe.c0.assign(c_state_size(in.config, in.batch), 0.0);
 
     auto fd_all = [&](std::vector<double> LstmInputs::*field) {
         std::vector<double> out((probe.*field).size());
@@ -187,6 +192,26 @@ TEST_CASE("reference LSTM: finite differences, long sequence T = 50, 2 layers bi
     // still takes well under a second, so no subset is needed.
     const LstmInputs in = make_inputs(Config{3, 5, 2, true}, 50, 3, {50, 1, 37}, true, true, 700);
     check_against_finite_differences(in, 701);
+}
+
+TEST_CASE("reference LSTM: finite differences, projections (proj_size), 2 layers bidirectional",
+          "[reference]") {
+    Config config{3, 5, 2, true};
+    config.proj_size = 2;
+    const LstmInputs in = make_inputs(config, 5, 3, {5, 2, 4}, true, true, 1200);
+    check_against_finite_differences(in, 1201);
+}
+
+TEST_CASE("reference LSTM: finite differences, no biases, with and without projections",
+          "[reference]") {
+    for (int64_t proj : {0, 3}) {
+        INFO("proj_size " << proj);
+        Config config{3, 5, 2, false};
+        config.bias = false;
+        config.proj_size = proj;
+        const LstmInputs in = make_inputs(config, 4, 2, {4, 3}, true, true, 1300);
+        check_against_finite_differences(in, 1301);
+    }
 }
 
 TEST_CASE("reference LSTM: closed-form single step, both directions", "[reference]") {

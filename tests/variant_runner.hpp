@@ -53,16 +53,17 @@ inline LstmCase make_case(const Config& config, int64_t seq_len, int64_t batch,
     c.in.seq_len = seq_len;
     c.in.batch = batch;
     c.in.lengths = std::move(lengths);
-    const size_t state = config.num_cells() * batch * config.hidden_size;
+    const size_t h_state = config.num_cells() * batch * config.state_size();
+    const size_t c_state = config.num_cells() * batch * config.hidden_size;
     c.in.x = random_vector(seq_len * batch * config.input_size, seed + 1, -scale, scale);
     c.in.params = random_vector(param_count(config), seed + 2, -scale, scale);
     if (with_state) {
-        c.in.h0 = random_vector(state, seed + 3);
-        c.in.c0 = random_vector(state, seed + 4);
+        c.in.h0 = random_vector(h_state, seed + 3);
+        c.in.c0 = random_vector(c_state, seed + 4);
     }
     c.out_grads.dy = random_vector(seq_len * batch * config.output_size(), seed + 5);
-    c.out_grads.dhn = random_vector(state, seed + 6);
-    c.out_grads.dcn = random_vector(state, seed + 7);
+    c.out_grads.dhn = random_vector(h_state, seed + 6);
+    c.out_grads.dcn = random_vector(c_state, seed + 7);
     return c;
 }
 

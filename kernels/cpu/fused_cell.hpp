@@ -146,7 +146,8 @@ void pack_transposed_interleaved(const T* w, int64_t k_size, const FusedLayout& 
             }
 }
 
-// bias (G) interleaved, columns of blocks b <- b_ih + b_hh (4H each); padded units get 0.
+// bias (G) interleaved, columns of blocks b <- b_ih + b_hh (4H each); padded units get 0, and so
+// does every unit when b_ih is null (a config without biases).
 template <typename T>
 void pack_bias_interleaved(const T* b_ih, const T* b_hh, const FusedLayout& lay, BlockRange b,
                            T* bias) {
@@ -156,7 +157,7 @@ void pack_bias_interleaved(const T* b_ih, const T* b_hh, const FusedLayout& lay,
                 const int64_t unit = blk * kUnitBlock + u;
                 const int64_t j = gate * lay.hidden + unit;
                 bias[(blk * 4 + gate) * kUnitBlock + u] =
-                    unit < lay.hidden ? b_ih[j] + b_hh[j] : T(0);
+                    unit < lay.hidden && b_ih != nullptr ? b_ih[j] + b_hh[j] : T(0);
             }
 }
 

@@ -234,7 +234,7 @@ struct CellBackward {
 template <typename T>
 struct FusedForward {
     T* gates;
-    const T* b_ih;
+    const T* b_ih;  // (G); null with b_hh for a config without biases
     const T* b_hh;
     int64_t hidden;
     T* c_run;
@@ -247,8 +247,8 @@ struct FusedForward {
         const int64_t r = i / hidden, u = i - r * hidden;
         T* g = gates + r * 4 * hidden;
         const int64_t ji = u, jf = hidden + u, jg = 2 * hidden + u, jo = 3 * hidden + u;
-        const Gates<T> a = activate(g[ji] + (b_ih[ji] + b_hh[ji]), g[jf] + (b_ih[jf] + b_hh[jf]),
-                                    g[jg] + (b_ih[jg] + b_hh[jg]), g[jo] + (b_ih[jo] + b_hh[jo]));
+        const Gates<T> a =
+            activate(g[ji] + bias(ji), g[jf] + bias(jf), g[jg] + bias(jg), g[jo] + bias(jo));
         g[ji] = a.i;
         g[jf] = a.f;
         g[jg] = a.g;
@@ -261,6 +261,7 @@ struct FusedForward {
         h_run[i] = h;
         out[r * ld_out + u] = h;
     }
+    LSTM_HOST_DEVICE T bias(int64_t j) const { return b_ih != nullptr ? b_ih[j] + b_hh[j] : T(0); }
 };
 
 // Backward of one unit of one row: gates (rows, G) holds the activated gates and is overwritten

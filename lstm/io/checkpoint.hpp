@@ -1,17 +1,19 @@
 #pragma once
 
 // Exact checkpoints of a host (Device::cpu) SequenceModel in one safetensors file: the LSTM and
-// dense parameters, and Adam's moments and step count per buffer. Loading them into a model built
-// with the same ModelConfig and variant resumes training bit for bit (tests/checkpoint_test.cpp).
-// Learning-rate schedules (lstm/nn/schedule.hpp) are functions of the step, so the step count
-// saved here is their position too.
+// dense parameters, Adam's moments and step count per buffer, and the LSTM's dropout random state.
+// Loading them into a model built with the same ModelConfig and variant resumes training bit for
+// bit (tests/checkpoint_test.cpp). Learning-rate schedules (lstm/nn/schedule.hpp) are functions of
+// the step, so the step count saved here is their position too.
 //
 // Names: the LSTM under "lstm." with nn.LSTM's state_dict names, the head as "fc.weight" (classes,
 // D*H) and "fc.bias", so a PyTorch module with members `lstm` and `fc` loads them with
 // load_state_dict(strict=False); "optimizer.<k>.exp_avg", "optimizer.<k>.exp_avg_sq" (float, as
 // the parameters) and "optimizer.<k>.step" (int64, shape (1)) for the optimizer's buffers (0: the
-// LSTM, 1: the dense layer). Anything else a training program keeps (its data order, its own
-// random state) can be added to the same TensorFile under other names before it is written.
+// LSTM, 1: the dense layer); "rng.lstm_dropout" (int64, shape (2)): the seed and the number of
+// dropout forwards so far, from which the next masks are drawn. Anything else a training program
+// keeps (its data order, its own random state) can be added to the same TensorFile under other
+// names before it is written.
 
 #include <cstring>
 #include <string>
@@ -39,8 +41,12 @@ void require_host_model(const char* fn, const nn::SequenceModel<T>& model) {
 inline std::string describe(const Config& c) {
     return "input " + std::to_string(c.input_size) + ", hidden " + std::to_string(c.hidden_size) +
            ", " + std::to_string(c.num_layers) + " layer(s), " +
-           (c.bidirectional ? "bidirectional" : "unidirectional");
+           (c.bidirectional ? "bidirectional" : "unidirectional") +
+           (c.proj_size > 0 ? ", proj_size " + std::to_string(c.proj_size) : "") +
+           (c.bias ? "" : ", no biases");
 }
+
+inline constexpr const char* kDropoutState = "rng.lstm_dropout";
 
 inline std::string optimizer_name(int64_t k, const char* what) {
     return "optimizer." + std::to_string(k) + "." + what;
@@ -79,6 +85,10 @@ void add_checkpoint(TensorFile& file, nn::SequenceModel<T>& model) {
         const int64_t steps = adam.steps(k);
         file.add(Tensor::from(detail::optimizer_name(k, "step"), {1}, &steps));
     }
+    // uint64 state kept bit for bit in safetensors' I64.
+    const int64_t rng[2] = {static_cast<int64_t>(model.lstm().dropout_seed()),
+                            static_cast<int64_t>(model.lstm().dropout_count())};
+    file.add(Tensor::from(detail::kDropoutState, {2}, rng));
     file.metadata["format"] = kCheckpointFormat;
 }
 
@@ -103,7 +113,9 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
     const Config& config = model.lstm().config();
     const Config saved = infer_lstm_config(file, "lstm.");
     check(saved.input_size == config.input_size && saved.hidden_size == config.hidden_size &&
-              saved.num_layers == config.num_layers && saved.bidirectional == config.bidirectional,
+              saved.num_layers == config.num_layers &&
+              saved.bidirectional == config.bidirectional && saved.proj_size == config.proj_size &&
+              saved.bias == config.bias,
           file.source, ": the checkpoint's LSTM is ", detail::describe(saved), ", the model's ",
           detail::describe(config));
     nn::Dense<T>& dense = model.dense();
@@ -131,6 +143,13 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
         check(steps[k] >= 0, file.source, ": ", detail::optimizer_name(k, "step"), " = ", steps[k],
               " must be >= 0");
     }
+    // Older checkpoints have no dropout state; a model without dropout does not need one.
+    int64_t rng[2] = {0, 0};
+    const bool has_rng = file.contains(detail::kDropoutState);
+    check(has_rng || config.dropout == 0.0, file.source, ": the checkpoint has no '",
+          detail::kDropoutState, "', which a model with dropout (", config.dropout,
+          ") needs to resume exactly");
+    if (has_rng) detail::copy_tensor(file, detail::kDropoutState, {2}, rng);
     std::copy(lstm_params.begin(), lstm_params.end(), model.lstm().parameters().begin());
     std::copy(dense_params.begin(), dense_params.end(), dense.parameters().data);
     for (int64_t k = 0; k < adam.buffer_count(); ++k) {
@@ -138,6 +157,9 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
         std::copy(moments[2 * k + 1].begin(), moments[2 * k + 1].end(), adam.exp_avg_sq(k).data());
         adam.set_steps(k, steps[k]);
     }
+    if (has_rng)
+        model.lstm().set_dropout_state(static_cast<uint64_t>(rng[0]),
+                                       static_cast<uint64_t>(rng[1]));
 }
 
 // Reads a checkpoint file into the model.

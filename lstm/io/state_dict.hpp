@@ -3,9 +3,11 @@
 // PyTorch nn.LSTM state_dict import and export through safetensors files.
 //
 // A state_dict holds, for each layer k and direction (suffix "_reverse" for the second),
-// weight_ih_l{k} (4H, in_k), weight_hh_l{k} (4H, H), bias_ih_l{k} (4H), bias_hh_l{k} (4H), gate
-// blocks i, f, g, o: exactly the pieces of the library's flat parameter buffer (param_entries()),
-// so import and export are copies, never transposes. In Python:
+// weight_ih_l{k} (4H, in_k), weight_hh_l{k} (4H, S), then bias_ih_l{k} (4H) and bias_hh_l{k} (4H)
+// unless the module has bias=False, then weight_hr_l{k} (P, H) when it has proj_size = P > 0
+// (S is P with a projection, else H; in_k is D * S above the first layer), gate blocks i, f, g,
+// o: exactly the pieces of the library's flat parameter buffer (param_entries()), so import and
+// export are copies, never transposes. In Python:
 //
 //   safetensors.torch.save_file(lstm.state_dict(), "model.safetensors")          # export there
 //   lstm.load_state_dict(safetensors.torch.load_file("model.safetensors"))        # import there
@@ -38,7 +40,8 @@ namespace detail {
 // Splits "<kind>_l<k>[_reverse]" into its parts; false for any other name.
 inline bool parse_lstm_name(const std::string& name, std::string& kind, int64_t& layer,
                             bool& reverse) {
-    static const char* const kinds[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    static const char* const kinds[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh",
+                                        "weight_hr"};
     for (const char* k : kinds) {
         const std::string head = std::string(k) + "_l";
         if (name.compare(0, head.size(), head) != 0) continue;
@@ -75,7 +78,8 @@ inline bool entry_matches(const ParamEntry& e, const Tensor& t) {
 
 // Infers the nn.LSTM configuration from the names and shapes of the tensors under `prefix`
 // (tensors outside the prefix are ignored): layers from the largest l{k}, bidirectional from any
-// "_reverse" name, hidden size from weight_ih_l0's rows / 4, input size from its columns. Then
+// "_reverse" name, hidden size from weight_ih_l0's rows / 4, input size from its columns, bias
+// from whether layer 0 has a bias tensor, proj_size from weight_hr_l0's rows (0 without it). Then
 // checks that exactly the expected tensors are present with the expected shapes and a floating
 // dtype; the error lists every missing, extra and mis-shaped tensor at once.
 inline Config infer_lstm_config(const TensorFile& file, const std::string& prefix = "") {
@@ -95,6 +99,20 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
     Config config;
     config.input_size = w0->shape[1];
     config.hidden_size = w0->shape[0] / 4;
+    // Either bias of layer 0 means bias=True: a file with only one of them is then reported as
+    // missing the other, rather than passing as bias=False with an unexpected tensor.
+    config.bias =
+        file.find(prefix + "bias_ih_l0") != nullptr || file.find(prefix + "bias_hh_l0") != nullptr;
+    if (const Tensor* hr0 = file.find(prefix + "weight_hr_l0")) {
+        // Only the rows decide proj_size: columns other than hidden_size are then listed below
+        // as a wrong shape, with every other problem. Rows of hidden_size or more are refused
+        // here, as nn.LSTM refuses them: no valid config has such a projection to check against.
+        check(hr0->rank() == 2 && hr0->shape[0] >= 1 && hr0->shape[0] < config.hidden_size, where,
+              ": ", hr0->name, " has shape ", hr0->shape_string(),
+              ", expected (proj_size, hidden_size) with 1 <= proj_size < hidden_size = ",
+              config.hidden_size);
+        config.proj_size = hr0->shape[0];
+    }
     int64_t max_layer = 0;
     for (const Tensor* t : ours) {
         std::string kind;
@@ -109,11 +127,13 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
     config.num_layers = max_layer + 1;
     // Counted in double first: hostile shapes must not overflow the int64 sizes below.
     const double h = static_cast<double>(config.hidden_size);
+    const double s = static_cast<double>(config.state_size());
     const double widest =
         std::max(static_cast<double>(config.input_size), static_cast<double>(config.output_size()));
-    check(static_cast<double>(config.num_cells()) * 4 * h * (widest + h + 2) < 1e15, where,
+    const double per_cell = 4 * h * (widest + s + 2) + static_cast<double>(config.proj_size) * h;
+    check(static_cast<double>(config.num_cells()) * per_cell < 1e15, where,
           ": the inferred config (input_size ", config.input_size, ", hidden_size ",
-          config.hidden_size, ", ", config.num_layers,
+          config.hidden_size, ", proj_size ", config.proj_size, ", ", config.num_layers,
           " layers) has more parameters than can exist");
 
     const std::vector<ParamEntry> expected = param_entries(config);
@@ -132,25 +152,22 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
         if (t->dtype != ScalarType::f32 && t->dtype != ScalarType::f64)
             wrong_dtype.push_back(t->name + " is " + to_string(t->dtype));
     }
-    bool projection = false;
-    for (const Tensor* t : ours) {
-        if (expected_names.count(t->name)) continue;
-        extra.push_back(t->name);
-        projection = projection || t->name.compare(prefix.size(), 11, "weight_hr_l") == 0;
-    }
+    for (const Tensor* t : ours)
+        if (!expected_names.count(t->name)) extra.push_back(t->name);
     if (missing.empty() && misshaped.empty() && extra.empty() && wrong_dtype.empty()) return config;
 
     std::string msg =
         where + ": not a valid nn.LSTM state_dict for the inferred config (input_size " +
         std::to_string(config.input_size) + ", hidden_size " + std::to_string(config.hidden_size) +
+        (config.proj_size > 0 ? ", proj_size " + std::to_string(config.proj_size) : "") +
         ", num_layers " + std::to_string(config.num_layers) +
-        (config.bidirectional ? ", bidirectional" : ", unidirectional") + ")";
+        (config.bidirectional ? ", bidirectional" : ", unidirectional") +
+        (config.bias ? "" : ", bias=False") + ")";
     if (!missing.empty()) msg += "; missing: " + detail::join_limited(missing);
     if (!extra.empty()) msg += "; unexpected: " + detail::join_limited(extra);
     if (!misshaped.empty()) msg += "; wrong shape: " + detail::join_limited(misshaped);
     if (!wrong_dtype.empty())
         msg += "; wrong dtype (F32 or F64 expected): " + detail::join_limited(wrong_dtype);
-    if (projection) msg += " (weight_hr_l* come from proj_size > 0, which is not supported)";
     fail(msg);
 }
 

@@ -87,6 +87,10 @@ public:
         if (config.head == Head::ce_final_state && device != Device::cpu)
             fail_as<Unsupported>("SequenceModel: Head::ce_final_state runs on the host only, got ",
                                  to_string(device));
+        // The model's x comes from nn::pad_sequences, time-major, and its heads read y that way.
+        check(!config.lstm.batch_first,
+              "ModelConfig.lstm.batch_first must be false: SequenceModel takes time-major (T, N, "
+              "I) batches as nn::pad_sequences builds them");
         check(config.ctc.blank >= 0 && config.ctc.blank < config.classes,
               "ModelConfig: ctc.blank must be in [0, classes = ", config.classes, "), got ",
               config.ctc.blank);
@@ -305,11 +309,11 @@ private:
                config_.head == Head::ce_final_state;
     }
 
-    // ce_final_state: the top layer's final states hn (L*D, N, H) -> features (N, D*H), direction
-    // d in columns [d H, (d + 1) H). Host.
+    // ce_final_state: the top layer's final states hn (L*D, N, S) -> features (N, D*S), direction
+    // d in columns [d S, (d + 1) S), S = state_size(). Host.
     void gather_final_state(TensorView<T> features) {
         const TensorView<const T> hn = lstm_.hn();
-        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.hidden_size;
+        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.state_size();
         const int64_t batch = hn.size(1), top = (config_.lstm.num_layers - 1) * dirs;
         for (int64_t n = 0; n < batch; ++n)
             for (int64_t d = 0; d < dirs; ++d)
@@ -318,9 +322,9 @@ private:
                           features.data() + (n * dirs + d) * hidden);
     }
 
-    // Its adjoint: dfeatures (N, D*H) -> dhn (L*D, N, H) in dhn_, zero below the top layer. Host.
+    // Its adjoint: dfeatures (N, D*S) -> dhn (L*D, N, S) in dhn_, zero below the top layer. Host.
     TensorView<const T> final_state_gradient(TensorView<const T> dfeatures) {
-        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.hidden_size;
+        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.state_size();
         const int64_t batch = dfeatures.size(0), cells = config_.lstm.num_cells();
         const int64_t top = (config_.lstm.num_layers - 1) * dirs;
         dhn_.assign(static_cast<size_t>(cells * batch * hidden), T(0));

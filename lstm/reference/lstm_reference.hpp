@@ -23,24 +23,26 @@ struct LstmInputs {
     int64_t seq_len = 0, batch = 0;  // T, N
     std::vector<double> x;           // (T, N, I) time-major
     std::vector<int64_t> lengths;    // (N), each in 1..T; empty = every sequence has length T
-    std::vector<double> h0, c0;      // (L*D, N, H); empty = zeros
+    std::vector<double> h0;          // (L*D, N, S), S = config.state_size(); empty = zeros
+    std::vector<double> c0;          // (L*D, N, H); empty = zeros
     std::vector<double> params;      // (param_count(config)), PyTorch parameters() order
 };
 
-// y (T, N, D*H) with the forward direction in the first H features; hn, cn (L*D, N, H) indexed
-// by layer*D + direction.
+// y (T, N, D*S) with the forward direction in the first S = config.state_size() features; hn
+// (L*D, N, S) and cn (L*D, N, H) indexed by layer*D + direction.
 struct LstmOutputs {
     std::vector<double> y, hn, cn;
 };
 
-// Gradients of some loss with respect to the outputs. dy (T, N, D*H); dhn, dcn (L*D, N, H),
-// empty = zeros. dy at padded positions (t >= lengths[n]) is ignored: those outputs are constant.
+// Gradients of some loss with respect to the outputs. dy (T, N, D*S); dhn (L*D, N, S), dcn
+// (L*D, N, H), empty = zeros. dy at padded positions (t >= lengths[n]) is ignored: those outputs
+// are constant.
 struct LstmOutputGrads {
     std::vector<double> dy, dhn, dcn;
 };
 
-// Gradients with respect to every input. dx (T, N, I), zero at padded positions; dh0, dc0
-// (L*D, N, H), also when h0/c0 were empty (then they are the gradient at zero); dparams
+// Gradients with respect to every input. dx (T, N, I), zero at padded positions; dh0 (L*D, N, S),
+// dc0 (L*D, N, H), also when h0/c0 were empty (then they are the gradient at zero); dparams
 // (param_count) in the layout of params. Unlike the variants, which add into the caller's
 // buffer, the reference returns dparams freshly computed from zero.
 struct LstmInputGrads {
@@ -68,7 +70,8 @@ inline void validate_inputs(const LstmInputs& in) {
     const int64_t T = in.seq_len, N = in.batch;
     check(T >= 1, "seq_len (T) must be >= 1, got ", T);
     check(N >= 1, "batch (N) must be >= 1, got ", N);
-    const int64_t I = cfg.input_size, H = cfg.hidden_size, cells = cfg.num_cells();
+    const int64_t I = cfg.input_size, H = cfg.hidden_size, S = cfg.state_size();
+    const int64_t cells = cfg.num_cells();
     check_count("x", in.x.size(), "T*N*I", T * N * I);
     check(in.lengths.empty() || static_cast<int64_t>(in.lengths.size()) == N, "lengths has ",
           in.lengths.size(), " elements, expected N = ", N,
@@ -77,7 +80,7 @@ inline void validate_inputs(const LstmInputs& in) {
         check(in.lengths[n] >= 1, "lengths[", n, "] = ", in.lengths[n], " must be >= 1");
         check(in.lengths[n] <= T, "lengths[", n, "] = ", in.lengths[n], " exceeds T = ", T);
     }
-    check_optional_count("h0", in.h0.size(), "L*D*N*H", cells * N * H);
+    check_optional_count("h0", in.h0.size(), "L*D*N*S", cells * N * S);
     check_optional_count("c0", in.c0.size(), "L*D*N*H", cells * N * H);
     check_count("params", in.params.size(), "param_count(config)", param_count(cfg));
 }
@@ -97,7 +100,8 @@ inline int64_t time_of_step(int64_t direction, int64_t step, int64_t len) {
 struct CellTrace {
     std::vector<double> gates;  // (T, N, 4H) activated i, f, g, o
     std::vector<double> c;      // (T, N, H)
-    std::vector<double> h;      // (T, N, H)
+    std::vector<double> h_raw;  // (T, N, H) o * tanh(c), before the projection
+    std::vector<double> h;      // (T, N, S) the state: W_hr h_raw with a projection, else h_raw
 };
 
 // Everything backward needs from the forward pass.
@@ -107,7 +111,8 @@ struct Trace {
     LstmOutputs out;
 };
 
-// h0/c0 of cell `cell` for sequence n, with an empty state meaning zeros: (L*D, N, H) -> (H).
+// h0/c0 of cell `cell` for sequence n, with an empty state meaning zeros: (L*D, N, H) -> (H),
+// where H is the state's width (S for h, H for c).
 inline std::vector<double> initial_state(const std::vector<double>& state, int64_t cell, int64_t n,
                                          int64_t N, int64_t H) {
     std::vector<double> out(static_cast<size_t>(H), 0.0);
@@ -122,59 +127,69 @@ inline Trace forward_trace(const LstmInputs& in) {
     validate_inputs(in);
     const Config& cfg = in.config;
     const int64_t T = in.seq_len, N = in.batch, H = cfg.hidden_size, G = 4 * H;
-    const int64_t D = cfg.num_directions(), L = cfg.num_layers, DH = D * H;
+    const int64_t S = cfg.state_size(), P = cfg.proj_size;
+    const int64_t D = cfg.num_directions(), L = cfg.num_layers, DS = D * S;
 
     Trace tr;
     tr.cells.resize(static_cast<size_t>(L * D));
-    tr.out.hn.assign(static_cast<size_t>(L * D * N * H), 0.0);
+    tr.out.hn.assign(static_cast<size_t>(L * D * N * S), 0.0);
     tr.out.cn.assign(static_cast<size_t>(L * D * N * H), 0.0);
 
     std::vector<double> input = in.x;
     for (int64_t l = 0; l < L; ++l) {
         const int64_t in_l = cfg.layer_input_size(l);
         // Zero-initialised so padded positions of y (and of the next layer's input) are exactly 0.
-        std::vector<double> output(static_cast<size_t>(T * N * DH), 0.0);
+        std::vector<double> output(static_cast<size_t>(T * N * DS), 0.0);
         for (int64_t dir = 0; dir < D; ++dir) {
             const int64_t cell = l * D + dir;
             const CellOffsets off = cell_offsets(cfg, l, dir);
             const double* w_ih = in.params.data() + off.weight_ih;  // (4H, in_l)
-            const double* w_hh = in.params.data() + off.weight_hh;  // (4H, H)
-            const double* b_ih = in.params.data() + off.bias_ih;    // (4H)
-            const double* b_hh = in.params.data() + off.bias_hh;    // (4H)
+            const double* w_hh = in.params.data() + off.weight_hh;  // (4H, S)
+            const double* b_ih = off.has_bias() ? in.params.data() + off.bias_ih : nullptr;
+            const double* b_hh = off.has_bias() ? in.params.data() + off.bias_hh : nullptr;
+            const double* w_hr = P > 0 ? in.params.data() + off.weight_hr : nullptr;  // (P, H)
             CellTrace& ct = tr.cells[static_cast<size_t>(cell)];
             ct.gates.assign(static_cast<size_t>(T * N * G), 0.0);
             ct.c.assign(static_cast<size_t>(T * N * H), 0.0);
-            ct.h.assign(static_cast<size_t>(T * N * H), 0.0);
+            ct.h_raw.assign(static_cast<size_t>(T * N * H), 0.0);
+            ct.h.assign(static_cast<size_t>(T * N * S), 0.0);
 
             for (int64_t n = 0; n < N; ++n) {
                 const int64_t len = length_of(in, n);
-                std::vector<double> h = initial_state(in.h0, cell, n, N, H);
+                std::vector<double> h = initial_state(in.h0, cell, n, N, S);
                 std::vector<double> c = initial_state(in.c0, cell, n, N, H);
                 for (int64_t step = 0; step < len; ++step) {
                     const int64_t t = time_of_step(dir, step, len);
                     const double* xt = &input[(t * N + n) * in_l];
                     double* gates = &ct.gates[(t * N + n) * G];
                     for (int64_t k = 0; k < G; ++k) {
-                        double a = b_ih[k] + b_hh[k];
+                        double a = b_ih != nullptr ? b_ih[k] + b_hh[k] : 0.0;
                         for (int64_t j = 0; j < in_l; ++j) a += w_ih[k * in_l + j] * xt[j];
-                        for (int64_t j = 0; j < H; ++j) a += w_hh[k * H + j] * h[j];
+                        for (int64_t j = 0; j < S; ++j) a += w_hh[k * S + j] * h[j];
                         // Gate blocks are i, f, g, o; only g uses tanh.
                         gates[k] = (k / H == 2) ? std::tanh(a) : sigmoid(a);
                     }
+                    double* h_raw = &ct.h_raw[(t * N + n) * H];
                     for (int64_t j = 0; j < H; ++j) {
                         const double i = gates[j], f = gates[H + j], g = gates[2 * H + j],
                                      o = gates[3 * H + j];
                         c[j] = f * c[j] + i * g;
-                        h[j] = o * std::tanh(c[j]);
+                        h_raw[j] = o * std::tanh(c[j]);
                         ct.c[(t * N + n) * H + j] = c[j];
-                        ct.h[(t * N + n) * H + j] = h[j];
-                        output[(t * N + n) * DH + dir * H + j] = h[j];
+                    }
+                    for (int64_t p = 0; p < S; ++p) {
+                        double v = h_raw[p];
+                        if (w_hr != nullptr) {
+                            v = 0.0;
+                            for (int64_t j = 0; j < H; ++j) v += w_hr[p * H + j] * h_raw[j];
+                        }
+                        h[p] = v;
+                        ct.h[(t * N + n) * S + p] = v;
+                        output[(t * N + n) * DS + dir * S + p] = v;
                     }
                 }
-                for (int64_t j = 0; j < H; ++j) {
-                    tr.out.hn[(cell * N + n) * H + j] = h[j];
-                    tr.out.cn[(cell * N + n) * H + j] = c[j];
-                }
+                for (int64_t p = 0; p < S; ++p) tr.out.hn[(cell * N + n) * S + p] = h[p];
+                for (int64_t j = 0; j < H; ++j) tr.out.cn[(cell * N + n) * H + j] = c[j];
             }
         }
         tr.layer_input.push_back(std::move(input));
@@ -186,30 +201,34 @@ inline Trace forward_trace(const LstmInputs& in) {
 
 }  // namespace detail
 
-// Forward pass: x (T, N, I), optional h0/c0 (L*D, N, H), params (param_count) -> y (T, N, D*H)
-// with exact zeros at padded positions, hn/cn (L*D, N, H) at each sequence's last valid step.
+// Forward pass: x (T, N, I), optional h0 (L*D, N, S) / c0 (L*D, N, H), params (param_count) ->
+// y (T, N, D*S) with exact zeros at padded positions, hn (L*D, N, S) / cn (L*D, N, H) at each
+// sequence's last valid step. S = config.state_size().
 inline LstmOutputs lstm_forward(const LstmInputs& in) { return detail::forward_trace(in).out; }
 
-// Full backpropagation through time of lstm_forward(in): dy (T, N, D*H), optional dhn/dcn
-// (L*D, N, H) -> dx (T, N, I), dh0/dc0 (L*D, N, H), dparams (param_count, starting from zero).
+// Full backpropagation through time of lstm_forward(in): dy (T, N, D*S), optional dhn
+// (L*D, N, S) / dcn (L*D, N, H) -> dx (T, N, I), dh0 (L*D, N, S), dc0 (L*D, N, H), dparams
+// (param_count, starting from zero).
 inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads& grads) {
     const detail::Trace tr = detail::forward_trace(in);  // also validates `in`
     const Config& cfg = in.config;
     const int64_t T = in.seq_len, N = in.batch, H = cfg.hidden_size, G = 4 * H;
-    const int64_t D = cfg.num_directions(), L = cfg.num_layers, DH = D * H;
-    detail::check_count("dy", grads.dy.size(), "T*N*D*H", T * N * DH);
-    detail::check_optional_count("dhn", grads.dhn.size(), "L*D*N*H", L * D * N * H);
+    const int64_t S = cfg.state_size(), P = cfg.proj_size;
+    const int64_t D = cfg.num_directions(), L = cfg.num_layers, DS = D * S;
+    detail::check_count("dy", grads.dy.size(), "T*N*D*S", T * N * DS);
+    detail::check_optional_count("dhn", grads.dhn.size(), "L*D*N*S", L * D * N * S);
     detail::check_optional_count("dcn", grads.dcn.size(), "L*D*N*H", L * D * N * H);
 
     LstmInputGrads out;
-    out.dh0.assign(static_cast<size_t>(L * D * N * H), 0.0);
+    out.dh0.assign(static_cast<size_t>(L * D * N * S), 0.0);
     out.dc0.assign(static_cast<size_t>(L * D * N * H), 0.0);
     out.dparams.assign(in.params.size(), 0.0);
 
-    // Gradient with respect to the current layer's output (T, N, D*H). Only valid positions are
+    // Gradient with respect to the current layer's output (T, N, D*S). Only valid positions are
     // ever read, which is how dy at padded positions gets ignored.
     std::vector<double> d_output = grads.dy;
     std::vector<double> da(static_cast<size_t>(G));  // gradient w.r.t. the gate pre-activations
+    std::vector<double> dh_total(static_cast<size_t>(S)), dh_raw(static_cast<size_t>(H));
     for (int64_t l = L - 1; l >= 0; --l) {
         const int64_t in_l = cfg.layer_input_size(l);
         const std::vector<double>& input = tr.layer_input[static_cast<size_t>(l)];
@@ -217,67 +236,83 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
         for (int64_t dir = 0; dir < D; ++dir) {
             const int64_t cell = l * D + dir;
             const CellOffsets off = cell_offsets(cfg, l, dir);
-            const double* w_ih = in.params.data() + off.weight_ih;  // (4H, in_l)
-            const double* w_hh = in.params.data() + off.weight_hh;  // (4H, H)
+            const double* w_ih = in.params.data() + off.weight_ih;                    // (4H, in_l)
+            const double* w_hh = in.params.data() + off.weight_hh;                    // (4H, S)
+            const double* w_hr = P > 0 ? in.params.data() + off.weight_hr : nullptr;  // (P, H)
             double* dw_ih = out.dparams.data() + off.weight_ih;
             double* dw_hh = out.dparams.data() + off.weight_hh;
-            double* db_ih = out.dparams.data() + off.bias_ih;
-            double* db_hh = out.dparams.data() + off.bias_hh;
+            double* db_ih = off.has_bias() ? out.dparams.data() + off.bias_ih : nullptr;
+            double* db_hh = off.has_bias() ? out.dparams.data() + off.bias_hh : nullptr;
+            double* dw_hr = P > 0 ? out.dparams.data() + off.weight_hr : nullptr;
             const detail::CellTrace& ct = tr.cells[static_cast<size_t>(cell)];
 
             for (int64_t n = 0; n < N; ++n) {
                 const int64_t len = detail::length_of(in, n);
-                const std::vector<double> h_init = detail::initial_state(in.h0, cell, n, N, H);
+                const std::vector<double> h_init = detail::initial_state(in.h0, cell, n, N, S);
                 const std::vector<double> c_init = detail::initial_state(in.c0, cell, n, N, H);
                 // Gradients flowing into the state after the step being processed; they start
                 // as dhn/dcn because hn/cn are the states after the last step.
-                std::vector<double> dh = detail::initial_state(grads.dhn, cell, n, N, H);
+                std::vector<double> dh = detail::initial_state(grads.dhn, cell, n, N, S);
                 std::vector<double> dc = detail::initial_state(grads.dcn, cell, n, N, H);
-                std::vector<double> dh_prev(static_cast<size_t>(H));
+                std::vector<double> dh_prev(static_cast<size_t>(S));
                 for (int64_t step = len - 1; step >= 0; --step) {
                     const int64_t t = detail::time_of_step(dir, step, len);
                     const double* h_prev = h_init.data();
                     const double* c_prev = c_init.data();
                     if (step > 0) {
                         const int64_t tp = detail::time_of_step(dir, step - 1, len);
-                        h_prev = &ct.h[(tp * N + n) * H];
+                        h_prev = &ct.h[(tp * N + n) * S];
                         c_prev = &ct.c[(tp * N + n) * H];
                     }
                     const double* gates = &ct.gates[(t * N + n) * G];
                     const double* xt = &input[(t * N + n) * in_l];
+                    const double* h_raw = &ct.h_raw[(t * N + n) * H];
+                    // h_t feeds both y (this layer's output) and the next step.
+                    for (int64_t p = 0; p < S; ++p)
+                        dh_total[p] = dh[p] + d_output[(t * N + n) * DS + dir * S + p];
+                    if (w_hr != nullptr) {
+                        // h_t = W_hr h_raw: its gradient goes to W_hr and back to h_raw.
+                        for (int64_t j = 0; j < H; ++j) dh_raw[j] = 0.0;
+                        for (int64_t p = 0; p < P; ++p) {
+                            for (int64_t j = 0; j < H; ++j) {
+                                dw_hr[p * H + j] += dh_total[p] * h_raw[j];
+                                dh_raw[j] += w_hr[p * H + j] * dh_total[p];
+                            }
+                        }
+                    } else {
+                        for (int64_t j = 0; j < H; ++j) dh_raw[j] = dh_total[j];
+                    }
                     for (int64_t j = 0; j < H; ++j) {
-                        // h_t feeds both y (this layer's output) and the next step.
-                        const double dh_total = dh[j] + d_output[(t * N + n) * DH + dir * H + j];
                         const double i = gates[j], f = gates[H + j], g = gates[2 * H + j],
                                      o = gates[3 * H + j];
                         const double tanh_c = std::tanh(ct.c[(t * N + n) * H + j]);
-                        const double dc_total = dc[j] + dh_total * o * (1.0 - tanh_c * tanh_c);
+                        const double dc_total = dc[j] + dh_raw[j] * o * (1.0 - tanh_c * tanh_c);
                         da[j] = dc_total * g * i * (1.0 - i);
                         da[H + j] = dc_total * c_prev[j] * f * (1.0 - f);
                         da[2 * H + j] = dc_total * i * (1.0 - g * g);
-                        da[3 * H + j] = dh_total * tanh_c * o * (1.0 - o);
+                        da[3 * H + j] = dh_raw[j] * tanh_c * o * (1.0 - o);
                         dc[j] = dc_total * f;  // becomes the gradient w.r.t. c_prev
                     }
-                    for (int64_t j = 0; j < H; ++j) dh_prev[j] = 0.0;
+                    for (int64_t j = 0; j < S; ++j) dh_prev[j] = 0.0;
                     for (int64_t k = 0; k < G; ++k) {
                         // Both biases enter the pre-activation with weight one.
-                        db_ih[k] += da[k];
-                        db_hh[k] += da[k];
+                        if (db_ih != nullptr) {
+                            db_ih[k] += da[k];
+                            db_hh[k] += da[k];
+                        }
                         for (int64_t j = 0; j < in_l; ++j) {
                             dw_ih[k * in_l + j] += da[k] * xt[j];
                             d_input[(t * N + n) * in_l + j] += w_ih[k * in_l + j] * da[k];
                         }
-                        for (int64_t j = 0; j < H; ++j) {
-                            dw_hh[k * H + j] += da[k] * h_prev[j];
-                            dh_prev[j] += w_hh[k * H + j] * da[k];
+                        for (int64_t j = 0; j < S; ++j) {
+                            dw_hh[k * S + j] += da[k] * h_prev[j];
+                            dh_prev[j] += w_hh[k * S + j] * da[k];
                         }
                     }
                     dh = dh_prev;
                 }
-                for (int64_t j = 0; j < H; ++j) {
-                    out.dh0[(cell * N + n) * H + j] = dh[j];
-                    out.dc0[(cell * N + n) * H + j] = dc[j];
-                }
+                for (int64_t p = 0; p < S; ++p) out.dh0[(cell * N + n) * S + p] = dh[p];
+                for (int64_t j = 0; j < H; ++j) out.dc0[(cell * N + n) * H + j] = dc[j];
             }
         }
         d_output = std::move(d_input);

@@ -60,32 +60,37 @@ VariantResult run_case_parts(const LstmCase& c, const RunBuffers& buffers,
                              bool data_sees_dparams = false) {
     const Config& cfg = c.in.config;
     const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
-    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
+    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size, hsize = cfg.state_size();
     auto x = detail::cast_all<T>(c.in.x);
     auto params = detail::cast_all<T>(c.in.params);
     auto h0 = detail::cast_all<T>(c.in.h0), c0 = detail::cast_all<T>(c.in.c0);
     auto dy = detail::cast_all<T>(c.out_grads.dy);
     auto dhn = detail::cast_all<T>(c.out_grads.dhn), dcn = detail::cast_all<T>(c.out_grads.dcn);
     const T nan = std::numeric_limits<T>::quiet_NaN();
-    const size_t state = static_cast<size_t>(cells * batch * hidden);
-    std::vector<T> y(static_cast<size_t>(seq_len * batch * cfg.output_size()), nan), hn(state, nan),
-        cn(state, nan), dx(x.size(), nan), dh0(state, nan), dc0(state, nan);
+    const size_t h_state = static_cast<size_t>(cells * batch * hsize);
+    const size_t c_state = static_cast<size_t>(cells * batch * hidden);
+    std::vector<T> y(static_cast<size_t>(seq_len * batch * cfg.output_size()), nan),
+        hn(h_state, nan), cn(c_state, nan), dx(x.size(), nan), dh0(h_state, nan), dc0(c_state, nan);
     std::vector<T> dparams = dparams_before.empty() ? std::vector<T>(params.size(), T(0))
                                                     : detail::cast_all<T>(dparams_before);
     const bool training = !parts.empty();
 
-    auto state_view = [&](std::vector<T>& v) {
+    // h-like states are (L*D, N, S), c-like ones (L*D, N, H).
+    auto h_view = [&](std::vector<T>& v) {
+        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hsize});
+    };
+    auto c_view = [&](std::vector<T>& v) {
         return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
     };
     ForwardArgs<T> f;
     f.x = TensorView<const T>(x.data(), {seq_len, batch, cfg.input_size});
     f.lengths = Span<const int64_t>(c.in.lengths.data(), int64_t(c.in.lengths.size()));
-    f.h0 = state_view(h0);
-    f.c0 = state_view(c0);
+    f.h0 = h_view(h0);
+    f.c0 = c_view(c0);
     f.params = TensorView<const T>(params.data(), {int64_t(params.size())});
     f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
-    f.hn = state_view(hn);
-    f.cn = state_view(cn);
+    f.hn = h_view(hn);
+    f.cn = c_view(cn);
     f.workspace = buffers.workspace;
     f.workspace_size = buffers.workspace_size;
     f.reserve = training ? buffers.reserve : nullptr;
@@ -106,11 +111,11 @@ VariantResult run_case_parts(const LstmCase& c, const RunBuffers& buffers,
     b.params = f.params;
     b.y = f.y;
     b.dy = TensorView<const T>(dy.data(), {seq_len, batch, cfg.output_size()});
-    b.dhn = state_view(dhn);
-    b.dcn = state_view(dcn);
+    b.dhn = h_view(dhn);
+    b.dcn = c_view(dcn);
     b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
-    b.dh0 = state_view(dh0);
-    b.dc0 = state_view(dc0);
+    b.dh0 = h_view(dh0);
+    b.dc0 = c_view(dc0);
     b.workspace = buffers.workspace;
     b.workspace_size = buffers.workspace_size;
     b.reserve = buffers.reserve;

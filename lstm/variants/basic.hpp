@@ -10,6 +10,11 @@
 // them there and `weights` replays the per-step weight GEMMs from them, rebuilding h_{t-1} from
 // the reserve and h0. Steps run in the same order as in `all`, which does those GEMMs inside its
 // loop, so the gradients are the same bits either way.
+//
+// Projections (proj_size P > 0): each step adds a third GEMM, h (rows, P) = h_raw W_hr^T with
+// h_raw = o * tanh(c); the state carried to the next step and the output are h, width S = P.
+// A training forward keeps h_raw, and backward keeps each step's gradient w.r.t. h, because the
+// weights part needs both for dW_hr after dgates has overwritten the gates that made h_raw.
 
 #include <algorithm>
 #include <cstring>
@@ -30,16 +35,18 @@ template <typename T>
 struct Workspace {
     detail::BatchOrder batch;
     T* x_sorted;  // (T, N, I) the layer-0 input, sorted
-    T* ping;      // (T, N, W) W = max(I, D*H): inference layer output / backward dy of a layer
+    T* ping;      // (T, N, W) W = max(I, D*S): inference layer output / backward dy of a layer
     T* pong;      // (T, N, W) the other half of the ping-pong pair
     T* gates;     // (N, 4H) inference: one step's gates
-    T* h;         // (N, H) running h (forward) / gradient carried into h_{t-1} (backward)
+    T* h_raw;     // (N, H) inference with a projection: one step's o * tanh(c)
+    T* h;         // (N, S) running h (forward) / gradient carried into h_{t-1} (backward)
     T* c;         // (N, H) running c (forward) / gradient carried into c_{t-1} (backward)
-    T* h_prev;    // (N, H) backward: h_{t-1} of the active rows
+    T* h_prev;    // (N, S) backward: h_{t-1} of the active rows
     T* c_prev;    // (N, H) backward: c_{t-1} of the active rows
-    T* dh;        // (N, H) backward: total gradient reaching h_t
+    T* dh;        // (N, S) backward: total gradient reaching h_t
+    T* dh_raw;    // (N, H) backward with a projection: gradient reaching o * tanh(c_t)
     T* dc;        // (N, H) backward: total gradient reaching c_t
-    T* h_init;    // (N, H) backward: h0 of this cell, sorted
+    T* h_init;    // (N, S) backward: h0 of this cell, sorted
     T* c_init;    // (N, H) backward: c0 of this cell, sorted
 };
 
@@ -50,6 +57,8 @@ struct Reserve {
     T* gates;  // (L*D, T, N, 4H) activated gates of every cell; backward overwrites them with
                // dgates (valid rows of each step)
     T* cell;   // (L*D, T, N, H) c_t of every cell
+    T* h_raw;  // (L*D, T, N, H) with a projection: o * tanh(c_t) of every cell; else empty
+    T* dh;     // (L*D, T, N, P) with a projection: backward's gradient w.r.t. h_t; else empty
 };
 
 template <typename T>
@@ -64,7 +73,9 @@ Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_
     w.ping = carve.take<T>(seq_len * batch * width);
     w.pong = carve.take<T>(seq_len * batch * width);
     w.gates = carve.take<T>(batch * 4 * hidden);
-    for (T** state : {&w.h, &w.c, &w.h_prev, &w.c_prev, &w.dh, &w.dc, &w.h_init, &w.c_init})
+    // Every state buffer is N * H: S <= H, so they fit the projected width too.
+    for (T** state : {&w.h_raw, &w.h, &w.c, &w.h_prev, &w.c_prev, &w.dh, &w.dh_raw, &w.dc,
+                      &w.h_init, &w.c_init})
         *state = carve.take<T>(batch * hidden);
     return w;
 }
@@ -77,6 +88,9 @@ Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t se
     r.out = carve.take<T>(config.num_layers * steps * config.output_size());
     r.gates = carve.take<T>(config.num_cells() * steps * 4 * config.hidden_size);
     r.cell = carve.take<T>(config.num_cells() * steps * config.hidden_size);
+    const bool proj = config.proj_size > 0;
+    r.h_raw = carve.take<T>(proj ? config.num_cells() * steps * config.hidden_size : 0);
+    r.dh = carve.take<T>(proj ? config.num_cells() * steps * config.proj_size : 0);
     return r;
 }
 
@@ -117,6 +131,7 @@ public:
         kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
                                    ws.batch.order, ws.batch.active, ws.x_sorted);
         const int64_t hidden = config_.hidden_size, out_width = config_.output_size();
+        const int64_t hs = config_.state_size();
         const T* layer_in = ws.x_sorted;
         T* layer_out = nullptr;
         for (int64_t l = 0; l < config_.num_layers; ++l) {
@@ -124,18 +139,21 @@ public:
                                  : (l % 2 == 0 ? ws.ping : ws.pong);
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
                 const int64_t cell = l * config_.num_directions() + d;
-                const T* h0 = args.h0.empty() ? nullptr : args.h0.data() + cell * batch_ * hidden;
+                const T* h0 = args.h0.empty() ? nullptr : args.h0.data() + cell * batch_ * hs;
                 const T* c0 = args.c0.empty() ? nullptr : args.c0.data() + cell * batch_ * hidden;
-                kernels::cpu::gather_rows(h0, batch_, hidden, ws.batch.order, ws.h);
+                kernels::cpu::gather_rows(h0, batch_, hs, ws.batch.order, ws.h);
                 kernels::cpu::gather_rows(c0, batch_, hidden, ws.batch.order, ws.c);
                 T* gates_all =
                     training ? rs.gates + cell * seq_len_ * batch_ * 4 * hidden : nullptr;
                 T* cell_all = training ? rs.cell + cell * seq_len_ * batch_ * hidden : nullptr;
+                T* h_raw_all = training && config_.proj_size > 0
+                                   ? rs.h_raw + cell * seq_len_ * batch_ * hidden
+                                   : nullptr;
                 forward_cell(args.params.data(), l, d, ws, layer_in, layer_out, gates_all,
-                             cell_all);
+                             cell_all, h_raw_all);
                 if (!args.hn.empty())
-                    kernels::cpu::scatter_rows(ws.h, batch_, hidden, ws.batch.order,
-                                               args.hn.data() + cell * batch_ * hidden);
+                    kernels::cpu::scatter_rows(ws.h, batch_, hs, ws.batch.order,
+                                               args.hn.data() + cell * batch_ * hs);
                 if (!args.cn.empty())
                     kernels::cpu::scatter_rows(ws.c, batch_, hidden, ws.batch.order,
                                                args.cn.data() + cell * batch_ * hidden);
@@ -181,15 +199,15 @@ public:
             if (want_d_in) std::fill(d_in, d_in + seq_len_ * batch_ * in_width, T(0));
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
                 const int64_t cell = l * config_.num_directions() + d;
-                const int64_t state = cell * batch_ * hidden;
+                const int64_t hs = config_.state_size();
                 backward_cell(args, l, d, ws, rs, layer_input(l), d_out, want_d_in ? d_in : nullptr,
                               weights);
                 if (!args.dh0.empty())
-                    kernels::cpu::scatter_rows(ws.h, batch_, hidden, ws.batch.order,
-                                               args.dh0.data() + state);
+                    kernels::cpu::scatter_rows(ws.h, batch_, hs, ws.batch.order,
+                                               args.dh0.data() + cell * batch_ * hs);
                 if (!args.dc0.empty())
                     kernels::cpu::scatter_rows(ws.c, batch_, hidden, ws.batch.order,
-                                               args.dc0.data() + state);
+                                               args.dc0.data() + cell * batch_ * hidden);
             }
             std::swap(d_out, d_in);
         }
@@ -201,10 +219,14 @@ public:
 private:
     // One direction of one layer. ws.h / ws.c hold the sorted initial state and end as the final
     // state of every row (a row keeps its state once its sequence has ended).
+    // h_raw_all (T, N, H) receives o * tanh(c) of every step in a training forward with a
+    // projection, and is null otherwise.
     void forward_cell(const T* params, int64_t layer, int64_t direction, const Workspace<T>& ws,
-                      const T* layer_in, T* layer_out, T* gates_all, T* cell_all) const {
+                      const T* layer_in, T* layer_out, T* gates_all, T* cell_all,
+                      T* h_raw_all) const {
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
+        const int64_t hs = config_.state_size(), proj = config_.proj_size;
         const int64_t in_width = config_.layer_input_size(layer);
         const int64_t out_width = config_.output_size();
         const CellOffsets p = cell_offsets(config_, layer, direction);
@@ -214,19 +236,28 @@ private:
             const int64_t step = t * batch_;
             T* gates = gates_all ? gates_all + step * gates_width : ws.gates;
             T* c = cell_all ? cell_all + step * hidden : ws.c;
-            T* h = layer_out + step * out_width + direction * hidden;
+            T* h = layer_out + step * out_width + direction * hs;
             gemm(false, true, rows, gates_width, in_width, T(1), layer_in + step * in_width,
                  in_width, params + p.weight_ih, in_width, T(0), gates, gates_width);
-            gemm(false, true, rows, gates_width, hidden, T(1), ws.h, hidden, params + p.weight_hh,
-                 hidden, T(1), gates, gates_width);
-            kernels::cpu::add_biases(gates, rows, hidden, params + p.bias_ih, params + p.bias_hh);
+            gemm(false, true, rows, gates_width, hs, T(1), ws.h, hs, params + p.weight_hh, hs, T(1),
+                 gates, gates_width);
+            if (p.has_bias())
+                kernels::cpu::add_biases(gates, rows, hidden, params + p.bias_ih,
+                                         params + p.bias_hh);
             kernels::cpu::activate_gates(gates, rows, hidden);
             kernels::cpu::update_cell(gates, rows, hidden, ws.c, c);
-            kernels::cpu::update_hidden(gates, rows, hidden, c, h, out_width);
+            if (proj > 0) {
+                T* h_raw = h_raw_all ? h_raw_all + step * hidden : ws.h_raw;
+                kernels::cpu::update_hidden(gates, rows, hidden, c, h_raw, hidden);
+                gemm(false, true, rows, proj, hidden, T(1), h_raw, hidden, params + p.weight_hr,
+                     hidden, T(0), h, out_width);
+            } else {
+                kernels::cpu::update_hidden(gates, rows, hidden, c, h, out_width);
+            }
             // Carry the new state; rows past `rows` keep theirs.
             if (c != ws.c) std::memcpy(ws.c, c, sizeof(T) * rows * hidden);
             for (int64_t r = 0; r < rows; ++r)
-                std::memcpy(ws.h + r * hidden, h + r * out_width, sizeof(T) * hidden);
+                std::memcpy(ws.h + r * hs, h + r * out_width, sizeof(T) * hs);
         }
     }
 
@@ -239,21 +270,22 @@ private:
                        const T* d_out, T* d_in, bool weights) const {
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
+        const int64_t hs = config_.state_size(), proj = config_.proj_size;
         const int64_t in_width = config_.layer_input_size(layer);
         const int64_t out_width = config_.output_size();
         const int64_t cell = layer * config_.num_directions() + direction;
-        const int64_t state = cell * batch_ * hidden;
+        const int64_t h_state = cell * batch_ * hs, c_state = cell * batch_ * hidden;
         const CellOffsets p = cell_offsets(config_, layer, direction);
         const T* params = args.params.data();
         T* gates_all = rs.gates + cell * seq_len_ * batch_ * gates_width;
         const T* cell_all = rs.cell + cell * seq_len_ * batch_ * hidden;
 
         // Initial states rebuild h_{t-1}/c_{t-1} of each sequence's first step.
-        if (weights) gather_initial(args.h0, state, ws, ws.h_init);
-        gather_initial(args.c0, state, ws, ws.c_init);
-        kernels::cpu::gather_rows(args.dhn.empty() ? nullptr : args.dhn.data() + state, batch_,
-                                  hidden, ws.batch.order, ws.h);
-        kernels::cpu::gather_rows(args.dcn.empty() ? nullptr : args.dcn.data() + state, batch_,
+        if (weights) gather_initial(args.h0, h_state, hs, ws, ws.h_init);
+        gather_initial(args.c0, c_state, hidden, ws, ws.c_init);
+        kernels::cpu::gather_rows(args.dhn.empty() ? nullptr : args.dhn.data() + h_state, batch_,
+                                  hs, ws.batch.order, ws.h);
+        kernels::cpu::gather_rows(args.dcn.empty() ? nullptr : args.dcn.data() + c_state, batch_,
                                   hidden, ws.batch.order, ws.c);
         for (int64_t s = seq_len_ - 1; s >= 0; --s) {
             const int64_t t = step_time(s, seq_len_, direction);
@@ -266,13 +298,21 @@ private:
             const int64_t rows_prev = s > 0 ? ws.batch.active[tp] : 0;
             previous_state(ws.c_init, cell_all + tp * batch_ * hidden, hidden, rows_prev, rows,
                            hidden, ws.c_prev);
-            kernels::cpu::add_output_grad(ws.h, d_out + step * out_width + direction * hidden,
-                                          out_width, rows, hidden, ws.dh);
-            kernels::cpu::hidden_backward(gates, c, ws.dh, ws.c, rows, hidden, gates, ws.dc);
+            T* dh = proj > 0 ? rs.dh + (cell * seq_len_ * batch_ + step) * proj : ws.dh;
+            kernels::cpu::add_output_grad(ws.h, d_out + step * out_width + direction * hs,
+                                          out_width, rows, hs, dh);
+            const T* dh_raw = dh;
+            if (proj > 0) {
+                // h = h_raw W_hr^T, so d h_raw = dh W_hr.
+                gemm(false, false, rows, hidden, proj, T(1), dh, proj, params + p.weight_hr, hidden,
+                     T(0), ws.dh_raw, hidden);
+                dh_raw = ws.dh_raw;
+            }
+            kernels::cpu::hidden_backward(gates, c, dh_raw, ws.c, rows, hidden, gates, ws.dc);
             kernels::cpu::cell_backward_pass(gates, ws.c_prev, ws.dc, rows, hidden, gates, ws.c);
             // Gradient into h_{t-1} for the active rows; inactive rows keep their carry.
-            gemm(false, false, rows, hidden, gates_width, T(1), gates, gates_width,
-                 params + p.weight_hh, hidden, T(0), ws.h, hidden);
+            gemm(false, false, rows, hs, gates_width, T(1), gates, gates_width,
+                 params + p.weight_hh, hs, T(0), ws.h, hs);
             if (weights) step_weight_grads(args, layer, direction, s, ws, rs, layer_in);
             if (d_in)
                 gemm(false, false, rows, in_width, gates_width, T(1), gates, gates_width,
@@ -285,19 +325,22 @@ private:
     void weight_grads_cell(const BackwardArgs<T>& args, int64_t layer, int64_t direction,
                            const Workspace<T>& ws, const Reserve<T>& rs, const T* layer_in) const {
         const int64_t cell = layer * config_.num_directions() + direction;
-        gather_initial(args.h0, cell * batch_ * config_.hidden_size, ws, ws.h_init);
+        const int64_t hs = config_.state_size();
+        gather_initial(args.h0, cell * batch_ * hs, hs, ws, ws.h_init);
         for (int64_t s = seq_len_ - 1; s >= 0; --s)
             step_weight_grads(args, layer, direction, s, ws, rs, layer_in);
     }
 
-    // Step s of one cell: ADDS dgates^T h_{t-1} into dW_hh, dgates^T x_t into dW_ih and the
-    // column sums of dgates into both biases (dparams, PyTorch layout, host). dgates (rows, 4H)
-    // is the reserve's, h_{t-1} comes from the reserve's outputs and ws.h_init (this cell's h0,
+    // Step s of one cell: ADDS dgates^T h_{t-1} into dW_hh, dgates^T x_t into dW_ih, the column
+    // sums of dgates into both biases and, with a projection, dh^T h_raw into dW_hr (dparams,
+    // PyTorch layout, host). dgates (rows, 4H), dh (rows, P) and h_raw (rows, H) are the
+    // reserve's, h_{t-1} (rows, S) comes from the reserve's outputs and ws.h_init (this cell's h0,
     // sorted), x_t (rows, in) from layer_in (T, N, in) sorted.
     void step_weight_grads(const BackwardArgs<T>& args, int64_t layer, int64_t direction, int64_t s,
                            const Workspace<T>& ws, const Reserve<T>& rs, const T* layer_in) const {
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
+        const int64_t hs = config_.state_size(), proj = config_.proj_size;
         const int64_t in_width = config_.layer_input_size(layer);
         const int64_t out_width = config_.output_size();
         const int64_t cell = layer * config_.num_directions() + direction;
@@ -306,25 +349,32 @@ private:
         const int64_t t = step_time(s, seq_len_, direction);
         const int64_t rows = ws.batch.active[t];
         const int64_t step = t * batch_;
-        const T* dgates = rs.gates + (cell * seq_len_ * batch_ + step) * gates_width;
-        const T* out = rs.out + layer * seq_len_ * batch_ * out_width + direction * hidden;
+        const int64_t cell_step = cell * seq_len_ * batch_ + step;
+        const T* dgates = rs.gates + cell_step * gates_width;
+        const T* out = rs.out + layer * seq_len_ * batch_ * out_width + direction * hs;
         const int64_t tp = s > 0 ? step_time(s - 1, seq_len_, direction) : 0;
         const int64_t rows_prev = s > 0 ? ws.batch.active[tp] : 0;
-        previous_state(ws.h_init, out + tp * batch_ * out_width, out_width, rows_prev, rows, hidden,
+        previous_state(ws.h_init, out + tp * batch_ * out_width, out_width, rows_prev, rows, hs,
                        ws.h_prev);
-        gemm(true, false, gates_width, hidden, rows, T(1), dgates, gates_width, ws.h_prev, hidden,
-             T(1), grads + p.weight_hh, hidden);
+        gemm(true, false, gates_width, hs, rows, T(1), dgates, gates_width, ws.h_prev, hs, T(1),
+             grads + p.weight_hh, hs);
         gemm(true, false, gates_width, in_width, rows, T(1), dgates, gates_width,
              layer_in + step * in_width, in_width, T(1), grads + p.weight_ih, in_width);
-        kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_ih);
-        kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_hh);
+        if (p.has_bias()) {
+            kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_ih);
+            kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_hh);
+        }
+        if (proj > 0)
+            gemm(true, false, proj, hidden, rows, T(1), rs.dh + cell_step * proj, proj,
+                 rs.h_raw + cell_step * hidden, hidden, T(1), grads + p.weight_hr, hidden);
     }
 
-    // dst (N, H) sorted <- the h0 or c0 slice of this cell (zeros when omitted).
-    void gather_initial(const TensorView<const T>& init, int64_t state, const Workspace<T>& ws,
-                        T* dst) const {
-        kernels::cpu::gather_rows(init.empty() ? nullptr : init.data() + state, batch_,
-                                  config_.hidden_size, ws.batch.order, dst);
+    // dst (N, width) sorted <- the h0 (width S) or c0 (width H) slice of this cell starting at
+    // element `state` (zeros when omitted).
+    void gather_initial(const TensorView<const T>& init, int64_t state, int64_t width,
+                        const Workspace<T>& ws, T* dst) const {
+        kernels::cpu::gather_rows(init.empty() ? nullptr : init.data() + state, batch_, width,
+                                  ws.batch.order, dst);
     }
 
     const Config& config_;

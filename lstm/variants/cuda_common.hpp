@@ -437,15 +437,18 @@ private:
             b_.gemm(lane, false, true, rows, g_cols, hidden, T(1), h, hidden, params + p.weight_hh,
                     hidden, T(1), gates, g_cols);
             if (style_ == LoopStyle::basic) {
-                b_.run(lane, k::AddBias<T>{gates, params + p.bias_ih, params + p.bias_hh, g_cols},
-                       rows * g_cols);
+                if (p.has_bias())
+                    b_.run(lane,
+                           k::AddBias<T>{gates, params + p.bias_ih, params + p.bias_hh, g_cols},
+                           rows * g_cols);
                 b_.run(lane, k::Activate<T>{gates, hidden}, rows * g_cols);
                 b_.run(lane, k::UpdateCell<T>{gates, hidden, c, c_out}, rows * hidden);
                 b_.run(lane, k::UpdateHidden<T>{gates, hidden, c, h, h_prev_out, out, out_width},
                        rows * hidden);
             } else {
                 b_.run(lane,
-                       k::FusedForward<T>{gates, params + p.bias_ih, params + p.bias_hh, hidden, c,
+                       k::FusedForward<T>{gates, p.has_bias() ? params + p.bias_ih : nullptr,
+                                          p.has_bias() ? params + p.bias_hh : nullptr, hidden, c,
                                           h, c_out, h_prev_out, out, out_width},
                        rows * hidden);
             }
@@ -553,6 +556,7 @@ private:
                 grads + p.weight_hh, hidden);
         b_.gemm(lane, true, false, g_cols, in_width, rows, T(1), g, g_cols,
                 layer_in + k0 * in_width, in_width, T(1), grads + p.weight_ih, in_width);
+        if (!p.has_bias()) return;
         b_.gemm(lane, true, false, g_cols, 1, rows, T(1), g, g_cols, ws.ones, 1, T(1),
                 grads + p.bias_ih, 1);
         b_.gemm(lane, true, false, g_cols, 1, rows, T(1), g, g_cols, ws.ones, 1, T(1),

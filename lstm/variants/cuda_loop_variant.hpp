@@ -21,7 +21,11 @@ public:
     const char* name() const override { return to_string(Style); }
     Device device() const override { return Device::cuda; }
 
-    std::optional<std::string> supports(const Config&, DType) const override {
+    std::optional<std::string> supports(const Config& config, DType) const override {
+        if (config.proj_size > 0)
+            return std::string(
+                "projections (proj_size > 0) are not in the CUDA cell loops; on the host "
+                "'basic' runs them");
         return std::nullopt;
     }
     // The data part leaves every frame's dgates in the reserve; the weights part computes the

@@ -82,11 +82,13 @@ struct OrderingEvent {
 };
 
 // The LSTM as cuDNN sees it: no dropout (a dropout descriptor of probability 0 needs no RNG
-// states), projection size H (no projection), padded I/O so that lengths may differ per sequence.
+// states; lstm::Lstm applies dropout between its per-layer calls), projection size H (no
+// projection), both biases or none, padded I/O so that lengths may differ per sequence.
 void describe_rnn(cudnnHandle_t handle, const Config& config, DType dtype, RnnDesc& d) {
     LSTM_CUDNN_CHECK(cudnnSetDropoutDescriptor(d.dropout.desc, handle, 0.0f, nullptr, 0, 0));
     LSTM_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
-        d.rnn.desc, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
+        d.rnn.desc, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM,
+        config.bias ? CUDNN_RNN_DOUBLE_BIAS : CUDNN_RNN_NO_BIAS,
         config.bidirectional ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
         cudnn_type(dtype), cudnn_type(dtype), cudnn_math(dtype),
         static_cast<int32_t>(config.input_size), static_cast<int32_t>(config.hidden_size),
@@ -145,7 +147,7 @@ struct WeightsPlan final : Plan {
             const bool matrix = p.kind == CudnnPieceKind::matrix;
             const void* addr = matrix ? m_addr : b_addr;
             check(addr != nullptr, "cuDNN reports no address for ", cudnn_piece_name(config, p),
-                  "; an LSTM with linear input and two biases has every piece");
+                  "; an LSTM with linear input has every piece cudnn_pieces() lists");
             // Matrices and biases are described as rank-3 tensors; ask for more to see extras.
             constexpr int kMaxDims = 8;
             cudnnDataType_t type{};
@@ -378,8 +380,8 @@ void backward_impl(const CudnnVariant& variant, const Config& config, const Back
 struct CudnnVariant::Sizing {
     std::mutex mutex;
     cudnnHandle_t handle = nullptr;  // never destroyed (see cudnn.hpp)
-    // (I, H, L, D, dtype, T, N)
-    std::map<std::array<int64_t, 7>, CudnnSizes> answers;
+    // (I, H, L, D, bias, dtype, T, N)
+    std::map<std::array<int64_t, 8>, CudnnSizes> answers;
 };
 
 CudnnVariant::CudnnVariant() : sizing_(std::make_unique<Sizing>()) {}
@@ -393,10 +395,11 @@ std::optional<std::string> CudnnVariant::supports(const Config& config, DType dt
 
 CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_len,
                                int64_t batch) const {
-    const std::array<int64_t, 7> key = {config.input_size,
+    const std::array<int64_t, 8> key = {config.input_size,
                                         config.hidden_size,
                                         config.num_layers,
                                         config.num_directions(),
+                                        config.bias ? 1 : 0,
                                         static_cast<int64_t>(dtype),
                                         seq_len,
                                         batch};

@@ -77,15 +77,17 @@ inline CudnnPiece cudnn_piece(const Config& config, int64_t pseudo_layer, int li
     return p;
 }
 
-// Every piece of `config`, pseudo-layer by pseudo-layer, linLayerID 0..7, matrix before bias:
-// the order the variant asks cuDNN in. Allocates: plan time only.
+// Every piece of `config`, pseudo-layer by pseudo-layer, linLayerID 0..7, matrix before bias
+// (no biases when config.bias is false: CUDNN_RNN_NO_BIAS): the order the variant asks cuDNN in.
+// Allocates: plan time only.
 inline std::vector<CudnnPiece> cudnn_pieces(const Config& config) {
     std::vector<CudnnPiece> out;
     out.reserve(static_cast<size_t>(config.num_cells()) * kCudnnLstmLinLayers * 2);
     for (int64_t pl = 0; pl < config.num_cells(); ++pl)
-        for (int id = 0; id < kCudnnLstmLinLayers; ++id)
-            for (CudnnPieceKind kind : {CudnnPieceKind::matrix, CudnnPieceKind::bias})
-                out.push_back(cudnn_piece(config, pl, id, kind));
+        for (int id = 0; id < kCudnnLstmLinLayers; ++id) {
+            out.push_back(cudnn_piece(config, pl, id, CudnnPieceKind::matrix));
+            if (config.bias) out.push_back(cudnn_piece(config, pl, id, CudnnPieceKind::bias));
+        }
     return out;
 }
 

@@ -350,7 +350,8 @@ private:
                 const CellOffsets p = cell_offsets(config_, l, d);
                 const T* params = args.params.data();
                 kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
-                                  params + p.bias_ih, params + p.bias_hh, own);
+                                  p.has_bias() ? params + p.bias_ih : nullptr,
+                                  p.has_bias() ? params + p.bias_hh : nullptr, own);
                 // Training projects every frame at once into the reserve; inference projects one
                 // step at a time into an (N, G) buffer instead of holding (S, G) of scratch. Each
                 // row's sums are the same either way, so both give the same bits.
@@ -568,8 +569,9 @@ private:
         const RowRun<T> x_run{0, rows, layer_in, ld_in};
         kern.weight_grads(rs.gates + cell * seq_len_ * batch_ * gc, &x_run, 1, ws.runs,
                           h_run_count_, in, grads + p.weight_ih, grads + p.weight_hh, own);
-        kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
-                                     grads + p.bias_hh);
+        if (p.has_bias())
+            kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
+                                         grads + p.bias_hh);
     }
 
     // Backward step s of direction d (s = -1: only the initial-state gradient of the first
@@ -670,7 +672,10 @@ public:
     const char* name() const override { return "fused"; }
     Device device() const override { return Device::cpu; }
 
-    std::optional<std::string> supports(const Config&, DType) const override {
+    std::optional<std::string> supports(const Config& config, DType) const override {
+        if (config.proj_size > 0)
+            return std::string(
+                "projections (proj_size > 0) are not in the fused kernel; 'basic' runs them");
         return std::nullopt;
     }
     // Backward splits at the seam it always had (time loop, then weight GEMMs over all steps).

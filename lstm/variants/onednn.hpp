@@ -455,8 +455,8 @@ inline Reserve carve_reserve(detail::Carver& carve, const Plan& plan) {
     return r;
 }
 
-// bias (layers, D, 4H) <- b_ih + b_hh of each cell of the group, read from the flat parameters.
-// Overwrites.
+// bias (layers, D, 4H) <- b_ih + b_hh of each cell of the group, read from the flat parameters,
+// or zeros for a config without biases (oneDNN's LSTM always has one). Overwrites.
 inline void sum_biases(const Config& config, const Group& group, const float* params, float* bias) {
     const int64_t gates = 4 * config.hidden_size;
     for (int64_t l = 0; l < group.num_layers; ++l)
@@ -464,17 +464,19 @@ inline void sum_biases(const Config& config, const Group& group, const float* pa
             const CellOffsets o = cell_offsets(config, group.first_layer + l, d);
             float* out = bias + (l * config.num_directions() + d) * gates;
             for (int64_t k = 0; k < gates; ++k)
-                out[k] = params[o.bias_ih + k] + params[o.bias_hh + k];
+                out[k] = o.has_bias() ? params[o.bias_ih + k] + params[o.bias_hh + k] : 0.0f;
         }
 }
 
-// dparams' bias_ih and bias_hh of each cell of the group += dbias (layers, D, 4H). Accumulates.
+// dparams' bias_ih and bias_hh of each cell of the group += dbias (layers, D, 4H). Accumulates;
+// nothing for a config without biases.
 inline void add_bias_grads(const Config& config, const Group& group, const float* dbias,
                            float* dparams) {
     const int64_t gates = 4 * config.hidden_size;
     for (int64_t l = 0; l < group.num_layers; ++l)
         for (int64_t d = 0; d < config.num_directions(); ++d) {
             const CellOffsets o = cell_offsets(config, group.first_layer + l, d);
+            if (!o.has_bias()) continue;
             const float* in = dbias + (l * config.num_directions() + d) * gates;
             for (int64_t k = 0; k < gates; ++k) {
                 dparams[o.bias_ih + k] += in[k];
@@ -504,11 +506,17 @@ public:
     const char* name() const override { return "onednn"; }
     Device device() const override { return Device::cpu; }
 
-    std::optional<std::string> supports(const Config&, DType dtype) const override {
+    std::optional<std::string> supports(const Config& config, DType dtype) const override {
         if (dtype != DType::f32)
             return std::string(
                 "oneDNN's LSTM primitive computes in float32 only; use 'basic' or "
                 "'fused' for float64");
+        // oneDNN 2.6 has an LSTM with projection (weights_projection), but this variant does not
+        // hand it one yet.
+        if (config.proj_size > 0)
+            return std::string(
+                "projections (proj_size > 0) are not wired to oneDNN's projection LSTM yet; "
+                "'basic' runs them");
         return std::nullopt;
     }
 

@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """Writes the PyTorch fixtures of tests/io_test.cpp and tests/tool_test.cpp into this folder.
 
-CI only reads the committed files; regenerating them needs PyTorch and safetensors
-(`pip install torch safetensors numpy`). Run from anywhere:
+CI only reads the committed files; regenerating them needs PyTorch (`pip install torch`); the
+files are written by scripts/safetensors_io.py, so the `safetensors` package is not needed. Run
+from anywhere:
 
-    python3 tests/data/make_fixtures.py
+    python3 tests/data/make_fixtures.py            # every case
+    python3 tests/data/make_fixtures.py NAME ...   # only the named cases
 
-The tensors come out identical on every run (fixed seeds); only the order of the metadata keys
-in the header changes, because the safetensors writer keeps metadata in a hash map.
+Parameters and inputs come out identical on every run (fixed seeds); the expected results may
+differ in their last bits under another PyTorch version. The earlier cases were written with
+safetensors.torch (another tensor order in the file), so regenerate only the cases you add or
+change, which keeps the committed files as they are.
 
 For each LSTM case NAME it writes
-  NAME.params.safetensors    lstm.state_dict() of a torch.nn.LSTM (F32), as saved by
-                             safetensors.torch.save_file: what users export from PyTorch
+  NAME.params.safetensors    lstm.state_dict() of a torch.nn.LSTM (F32): what users export
+                             from PyTorch (with bias=False and proj_size as the case sets)
   NAME.inputs.safetensors    x, lengths (I64 or I32), h0, c0 (when the case has them), and the
-                             output gradients dy, dhn, dcn of a random linear functional
+                             output gradients dy, dhn, dcn of a random linear functional; h0,
+                             dhn and each direction's part of dy have proj_size features when
+                             the case sets it, c0 and dcn hidden_size
   NAME.expected.safetensors  what PyTorch computes in float32: y, hn, cn, dx, dh0, dc0 and
                              grad.<parameter name>
   NAME.expected64.safetensors  the same computed in float64 from the same (fp32-valued) params
@@ -36,11 +42,16 @@ docs/interop.md), checked here against finite differences.
 
 import copy
 import os
+import sys
 
 import torch
-from safetensors.torch import save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Debian's python3-torch comes without the `safetensors` package; the repository's own writer
+# needs nothing but torch.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+from safetensors_io import save_file  # noqa: E402
+
 META = {"generator": "tests/data/make_fixtures.py", "torch": torch.__version__}
 
 
@@ -65,15 +76,17 @@ def run_lstm(lstm, x, lengths, h0, c0):
 
 
 def lstm_case(name, input_size, hidden, layers, bidirectional, seq_len, batch, lengths,
-              with_state, lengths_dtype=torch.int64, seed=0):
+              with_state, lengths_dtype=torch.int64, seed=0, proj_size=0, bias=True):
     torch.manual_seed(seed)
-    lstm = torch.nn.LSTM(input_size, hidden, layers, bidirectional=bidirectional)
+    lstm = torch.nn.LSTM(input_size, hidden, layers, bias=bias, bidirectional=bidirectional,
+                         proj_size=proj_size)
     cells = layers * (2 if bidirectional else 1)
+    state = proj_size if proj_size > 0 else hidden  # features of h; c keeps hidden
     x = torch.randn(seq_len, batch, input_size)
-    h0 = torch.randn(cells, batch, hidden) if with_state else None
+    h0 = torch.randn(cells, batch, state) if with_state else None
     c0 = torch.randn(cells, batch, hidden) if with_state else None
-    dy = torch.randn(seq_len, batch, hidden * (2 if bidirectional else 1))
-    dhn = torch.randn(cells, batch, hidden)
+    dy = torch.randn(seq_len, batch, state * (2 if bidirectional else 1))
+    dhn = torch.randn(cells, batch, state)
     dcn = torch.randn(cells, batch, hidden)
     lens = None if lengths is None else torch.tensor(lengths, dtype=torch.int64)
 
@@ -83,7 +96,8 @@ def lstm_case(name, input_size, hidden, layers, bidirectional, seq_len, batch, l
     if with_state:
         inputs["h0"], inputs["c0"] = h0, c0
     config = {"input_size": str(input_size), "hidden_size": str(hidden),
-              "num_layers": str(layers), "bidirectional": str(bidirectional).lower()}
+              "num_layers": str(layers), "bidirectional": str(bidirectional).lower(),
+              "proj_size": str(proj_size), "bias": str(bias).lower()}
     save(dict(lstm.state_dict()), f"{name}.params.safetensors", config)
     save(inputs, f"{name}.inputs.safetensors", config)
 
@@ -179,20 +193,44 @@ def check_log_probs_gradient(log_probs, targets, i_lens, t_lens, blank, reductio
         assert abs(fd - grad.reshape(-1)[k].item()) < 1e-6, (k, fd, grad.reshape(-1)[k].item())
 
 
-def main():
-    lstm_case("lstm_uni1", 3, 4, 1, False, 5, 2, None, True, seed=1)
-    lstm_case("lstm_bi1_varlen", 3, 4, 1, True, 6, 3, [6, 2, 4], False, torch.int32, seed=2)
-    lstm_case("lstm_uni2_varlen", 2, 3, 2, False, 5, 3, [3, 5, 1], True, seed=3)
-    lstm_case("lstm_bi2_varlen", 3, 5, 2, True, 4, 3, [4, 1, 3], True, seed=4)
+# name -> a function writing that case's files.
+CASES = {
+    "lstm_uni1": lambda: lstm_case("lstm_uni1", 3, 4, 1, False, 5, 2, None, True, seed=1),
+    "lstm_bi1_varlen": lambda: lstm_case("lstm_bi1_varlen", 3, 4, 1, True, 6, 3, [6, 2, 4],
+                                         False, torch.int32, seed=2),
+    "lstm_uni2_varlen": lambda: lstm_case("lstm_uni2_varlen", 2, 3, 2, False, 5, 3, [3, 5, 1],
+                                          True, seed=3),
+    "lstm_bi2_varlen": lambda: lstm_case("lstm_bi2_varlen", 3, 5, 2, True, 4, 3, [4, 1, 3],
+                                         True, seed=4),
     # Equal lengths, so that variants without per-sequence lengths run a deep bidirectional case.
-    lstm_case("lstm_bi2_full", 4, 3, 2, True, 4, 2, None, True, seed=8)
+    "lstm_bi2_full": lambda: lstm_case("lstm_bi2_full", 4, 3, 2, True, 4, 2, None, True, seed=8),
+    # LSTMP: layer 1 takes the 2 * proj_size wide output of layer 0, h0/hn are proj_size wide.
+    "lstm_proj_bi2_varlen": lambda: lstm_case("lstm_proj_bi2_varlen", 3, 5, 2, True, 4, 3,
+                                              [4, 1, 3], True, seed=9, proj_size=2),
+    # bias=False: no bias_ih/bias_hh tensors at all.
+    "lstm_nobias_uni2": lambda: lstm_case("lstm_nobias_uni2", 3, 4, 2, False, 5, 2, None, True,
+                                          seed=10, bias=False),
+    "lstm_proj_nobias_uni1": lambda: lstm_case("lstm_proj_nobias_uni1", 2, 6, 1, False, 5, 2,
+                                               [5, 3], False, seed=11, proj_size=3, bias=False),
 
-    ctc_case("ctc_logits_padded", 8, 3, 5, [3, 1, 2], [8, 5, 6], 0, "logits", False, seed=5)
-    ctc_case("ctc_logprobs_concat", 7, 3, 4, [2, 3, 1], [7, 7, 3], 3, "log_probs", True, seed=6)
+    "ctc_logits_padded": lambda: ctc_case("ctc_logits_padded", 8, 3, 5, [3, 1, 2], [8, 5, 6], 0,
+                                          "logits", False, seed=5),
+    "ctc_logprobs_concat": lambda: ctc_case("ctc_logprobs_concat", 7, 3, 4, [2, 3, 1],
+                                            [7, 7, 3], 3, "log_probs", True, seed=6),
     # Sample 1's target "a a b" needs 4 frames (a blank must separate the repeated a) but has
     # 3: infeasible, its loss is +inf (zero under zero_infinity).
-    ctc_case("ctc_infeasible", 6, 2, 4, [2, 3], [6, 3], 0, "logits", False, seed=7)
+    "ctc_infeasible": lambda: ctc_case("ctc_infeasible", 6, 2, 4, [2, 3], [6, 3], 0, "logits",
+                                       False, seed=7),
+}
+
+
+def main(names):
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        sys.exit(f"unknown case(s) {', '.join(unknown)}; the cases are {', '.join(CASES)}")
+    for name in names or CASES:
+        CASES[name]()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

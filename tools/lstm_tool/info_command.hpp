@@ -77,8 +77,9 @@ inline void print_info(const io::TensorFile& file, std::ostream& out) {
             const Config c = io::infer_lstm_config(file, prefix);
             out << label << ": input_size " << c.input_size << ", hidden_size " << c.hidden_size
                 << ", num_layers " << c.num_layers << ", "
-                << (c.bidirectional ? "bidirectional" : "unidirectional") << " (" << param_count(c)
-                << " parameters)\n";
+                << (c.bidirectional ? "bidirectional" : "unidirectional")
+                << (c.proj_size > 0 ? ", proj_size " + std::to_string(c.proj_size) : "")
+                << (c.bias ? "" : ", bias=False") << " (" << param_count(c) << " parameters)\n";
         } catch (const Error& e) {
             out << label << ": invalid: " << e.what() << "\n";
         }

@@ -26,19 +26,22 @@ inline const char* lstm_help() {
                       [--prefix PREFIX] [--backward]
 
 Runs the nn.LSTM whose state_dict is in P on the tensors of X and writes the results to O.
-The configuration (input size, hidden size, layers, bidirectional) is inferred from P's names
-and shapes (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, "_reverse" suffix).
-Shapes are PyTorch's, time-major: T steps, N sequences, I inputs, H hidden units, L layers,
+The configuration (input size, hidden size, layers, bidirectional, bias, proj_size) is inferred
+from P's names and shapes (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k},
+weight_hr_l{k}, "_reverse" suffix). Shapes are PyTorch's, time-major: T steps, N sequences,
+I inputs, H hidden units, S = proj_size if P has weight_hr_l{k}, else H, L layers,
 D directions.
 
 inputs (X):
   x         (T, N, I)      F32 or F64; F32 computes in float, F64 in double (P may be F32)
   lengths   (N)            optional, I32 or I64, each in 1..T; default: all T
-  h0, c0    (L*D, N, H)    optional initial states; default: zeros
-  dy        (T, N, D*H)    with --backward: gradient of the loss w.r.t. y
-  dhn, dcn  (L*D, N, H)    with --backward, optional: gradients w.r.t. hn, cn
+  h0        (L*D, N, S)    optional initial hidden state; default: zeros
+  c0        (L*D, N, H)    optional initial cell state; default: zeros
+  dy        (T, N, D*S)    with --backward: gradient of the loss w.r.t. y
+  dhn, dcn  (L*D, N, S), (L*D, N, H)
+                           with --backward, optional: gradients w.r.t. hn, cn
 outputs (O):
-  y (T, N, D*H), hn, cn (L*D, N, H): states at each sequence's last valid step
+  y (T, N, D*S), hn (L*D, N, S), cn (L*D, N, H): states at each sequence's last valid step
   with --backward also: dx (T, N, I); dh0, dc0 when h0, c0 were given; and grad.<name> for
   every parameter of P (e.g. grad.weight_ih_l0), the gradient of sum(dy*y) + sum(dhn*hn) +
   sum(dcn*cn), which is what PyTorch's autograd gives for those output gradients.
@@ -103,7 +106,7 @@ void check_host_memory(const Variant& variant, const Config& config, int64_t seq
                        bool backward, uint64_t workspace, uint64_t reserve) {
     const bool host = variant.device() == Device::cpu;
     const int64_t copies = host ? 3 : 2;
-    const int64_t states = backward ? 4 : 2;  // hn, cn (and dh0, dc0)
+    const int64_t states = backward ? 4 : 2;  // hn, cn (and dh0, dc0); S <= H bounds both
     MemoryRequest request;
     request.add("x", MemoryRequest::bytes({seq_len, batch, config.input_size, 2}, sizeof(T)))
         .add("parameters", MemoryRequest::bytes({param_count(config), 2}, sizeof(T)))
@@ -151,7 +154,9 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
           x_t.shape[2], " (shape ", x_t.shape_string(), ") but the LSTM in ", params_file.source,
           " has input_size ", config.input_size);
     const int64_t cells = config.num_cells(), hidden = config.hidden_size;
-    const std::vector<int64_t> state_shape = {cells, batch, hidden};
+    const int64_t hs = config.state_size();  // width of h (proj_size with a projection)
+    const std::vector<int64_t> h_shape = {cells, batch, hs};
+    const std::vector<int64_t> c_shape = {cells, batch, hidden};
     const std::vector<int64_t> y_shape = {seq_len, batch, config.output_size()};
 
     std::vector<int64_t> lengths;
@@ -167,16 +172,16 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
         require_shape(inputs, *t, shape, meaning);
         return t->values<T>();
     };
-    const auto h0 = optional_input("h0", state_shape, "(L*D, N, H)");
-    const auto c0 = optional_input("c0", state_shape, "(L*D, N, H)");
+    const auto h0 = optional_input("h0", h_shape, "(L*D, N, S)");
+    const auto c0 = optional_input("c0", c_shape, "(L*D, N, H)");
     std::optional<std::vector<T>> dy, dhn, dcn;
     if (req.backward) {
         check(inputs.contains("dy"), inputs.source,
-              ": --backward needs tensor 'dy' (T, N, D*H) = ", io::shape_string(y_shape),
+              ": --backward needs tensor 'dy' (T, N, D*S) = ", io::shape_string(y_shape),
               "; the file has ", inputs.name_list());
-        dy = optional_input("dy", y_shape, "(T, N, D*H)");
-        dhn = optional_input("dhn", state_shape, "(L*D, N, H)");
-        dcn = optional_input("dcn", state_shape, "(L*D, N, H)");
+        dy = optional_input("dy", y_shape, "(T, N, D*S)");
+        dhn = optional_input("dhn", h_shape, "(L*D, N, S)");
+        dcn = optional_input("dcn", c_shape, "(L*D, N, H)");
     }
 
     const Variant& variant = detail::pick_variant(req.variant, req.device);
@@ -198,8 +203,8 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     const DeviceBuffer c0_d = DeviceBuffer::upload(dev, c0.value_or(std::vector<T>()), ctx);
     DeviceBuffer y_d(dev, sizeof(T) * static_cast<size_t>(seq_len * batch * config.output_size()),
                      ctx);
-    DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden), ctx);
-    DeviceBuffer cn_d(dev, hn_d.size(), ctx);
+    DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hs), ctx);
+    DeviceBuffer cn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden), ctx);
     DeviceBuffer workspace_d(dev, workspace, ctx);
     // A non-null reserve is what makes a forward a training forward, even a zero-byte one.
     DeviceBuffer reserve_d(dev, req.backward ? std::max<size_t>(reserve, 1) : 0, ctx);
@@ -207,11 +212,11 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     ForwardArgs<T> f;
     f.x = detail::view3<T>(x_d, seq_len, batch, config.input_size);
     f.lengths = lengths_span;
-    f.h0 = detail::view3<T>(h0_d, cells, batch, hidden);
+    f.h0 = detail::view3<T>(h0_d, cells, batch, hs);
     f.c0 = detail::view3<T>(c0_d, cells, batch, hidden);
     f.params = TensorView<const T>(params_d.as<const T>(), {param_count(config)}, dev);
     f.y = detail::view3_mut<T>(y_d, seq_len, batch, config.output_size());
-    f.hn = detail::view3_mut<T>(hn_d, cells, batch, hidden);
+    f.hn = detail::view3_mut<T>(hn_d, cells, batch, hs);
     f.cn = detail::view3_mut<T>(cn_d, cells, batch, hidden);
     f.workspace = workspace_d.data();
     f.workspace_size = workspace_d.size();
@@ -228,10 +233,12 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
                     {"input_size", std::to_string(config.input_size)},
                     {"hidden_size", std::to_string(config.hidden_size)},
                     {"num_layers", std::to_string(config.num_layers)},
-                    {"bidirectional", config.bidirectional ? "true" : "false"}};
+                    {"bidirectional", config.bidirectional ? "true" : "false"},
+                    {"bias", config.bias ? "true" : "false"},
+                    {"proj_size", std::to_string(config.proj_size)}};
     out.add(io::Tensor::from("y", y_shape, y_d.download<T>()));
-    out.add(io::Tensor::from("hn", state_shape, hn_d.download<T>()));
-    out.add(io::Tensor::from("cn", state_shape, cn_d.download<T>()));
+    out.add(io::Tensor::from("hn", h_shape, hn_d.download<T>()));
+    out.add(io::Tensor::from("cn", c_shape, cn_d.download<T>()));
     if (!req.backward) return out;
 
     const DeviceBuffer dy_d = DeviceBuffer::upload(dev, *dy, ctx);
@@ -239,7 +246,7 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     const DeviceBuffer dcn_d = DeviceBuffer::upload(dev, dcn.value_or(std::vector<T>()), ctx);
     DeviceBuffer dx_d(dev, x_d.size(), ctx);
     DeviceBuffer dh0_d(dev, h0 ? hn_d.size() : 0, ctx);
-    DeviceBuffer dc0_d(dev, c0 ? hn_d.size() : 0, ctx);
+    DeviceBuffer dc0_d(dev, c0 ? cn_d.size() : 0, ctx);
     DeviceBuffer dparams_d(dev, params_d.size(), ctx);
     dparams_d.zero();  // backward accumulates into it
 
@@ -251,10 +258,10 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     b.params = f.params;
     b.y = f.y;
     b.dy = detail::view3<T>(dy_d, seq_len, batch, config.output_size());
-    b.dhn = detail::view3<T>(dhn_d, cells, batch, hidden);
+    b.dhn = detail::view3<T>(dhn_d, cells, batch, hs);
     b.dcn = detail::view3<T>(dcn_d, cells, batch, hidden);
     b.dx = detail::view3_mut<T>(dx_d, seq_len, batch, config.input_size);
-    b.dh0 = detail::view3_mut<T>(dh0_d, cells, batch, hidden);
+    b.dh0 = detail::view3_mut<T>(dh0_d, cells, batch, hs);
     b.dc0 = detail::view3_mut<T>(dc0_d, cells, batch, hidden);
     b.dparams = TensorView<T>(dparams_d.as<T>(), {param_count(config)}, dev);
     b.workspace = workspace_d.data();
@@ -265,8 +272,8 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     variant.backward(config, b);
 
     out.add(io::Tensor::from("dx", x_t.shape, dx_d.download<T>()));
-    if (h0) out.add(io::Tensor::from("dh0", state_shape, dh0_d.download<T>()));
-    if (c0) out.add(io::Tensor::from("dc0", state_shape, dc0_d.download<T>()));
+    if (h0) out.add(io::Tensor::from("dh0", h_shape, dh0_d.download<T>()));
+    if (c0) out.add(io::Tensor::from("dc0", c_shape, dc0_d.download<T>()));
     const std::vector<T> grads = dparams_d.download<T>();
     io::export_lstm<T>(out, config, Span<const T>(grads.data(), static_cast<int64_t>(grads.size())),
                        "grad.");
