@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lstm/buffer.hpp"
+#include "lstm/detail/fingerprint.hpp"
 #include "lstm/detail/layer_ops.hpp"
 #include "lstm/detail/random.hpp"
 #include "lstm/memory.hpp"
@@ -162,6 +163,7 @@ public:
     TensorView<const T> backward(TensorView<const T> dy, TensorView<const T> dhn = {},
                                  TensorView<const T> dcn = {}, bool compute_dx = true) {
         check(trained_, "Lstm::backward needs a training forward() first (got none, or infer())");
+        check_inputs_unchanged();
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();
         check_layer_tensor(dy, "dy", seq_len, batch, out);
@@ -193,10 +195,7 @@ public:
         const TensorView<T> dx =
             compute_dx ? TensorView<T>(dx_.template as<T>(), {seq_len, batch, in}, device_)
                        : TensorView<T>();
-        if (staged_)
-            backward_by_layer(dy_run, dhn, dcn, dx);
-        else
-            backward_whole(dy_run, dhn, dcn, dx);
+        backward_calls(dy_run, dhn, dcn, dx);
         if (!compute_dx || !bf) return dx;  // empty unless compute_dx
         T* dst = static_cast<T*>(dx_bf_.reserve(bytes_of(seq_len * batch * in)));
         detail::swap_leading_dims(device_, context_, seq_len, batch, in, dx.data(), dst);
@@ -337,15 +336,12 @@ private:
         c0_ = c0;
         batch_ = batch;
         y_view_ = TensorView<T>(y_.template as<T>(), {seq_len, batch, out}, device_);
-        if (staged) {
-            stages_.reserve(bytes_of(3 * (layers - 1) * seq_len * batch * out));
-            staged_ = true;
-            forward_by_layer(lengths);
-            ++dropout_count_;
-        } else {
-            forward_whole(lengths, training);
-        }
+        if (staged) stages_.reserve(bytes_of(3 * (layers - 1) * seq_len * batch * out));
+        staged_ = staged;
+        forward_calls(lengths, training);
+        if (staged) ++dropout_count_;
         trained_ = training;
+        if (training) inputs_print_ = inputs_fingerprint();
         y_out_ = y_view_;
         if (bf) {
             T* dst = static_cast<T*>(y_bf_.reserve(bytes_of(seq_len * batch * out)));
@@ -355,116 +351,99 @@ private:
         return y_out_;
     }
 
-    // The whole stack as one variant call on x_ (time-major), h0_, c0_ into y_view_, hn_, cn_.
-    void forward_whole(Span<const int64_t> lengths, bool training) {
-        ForwardArgs<T> a;
-        a.x = x_;
-        a.lengths = lengths;
-        a.h0 = h0_;
-        a.c0 = c0_;
-        a.params = parameters().view();
-        a.y = y_view_;
-        a.hn = state_slice(hn_, 0, config_.num_layers, config_.state_size());
-        a.cn = state_slice(cn_, 0, config_.num_layers, config_.hidden_size);
-        a.workspace = workspace_.data();
-        a.workspace_size = workspace_.size();
-        a.reserve = training ? reserve_.data() : nullptr;
-        a.reserve_size = training ? reserve_.size() : 0;
-        a.context = context_;
-        variant_->forward(core_, a);
-    }
+    // A step is one variant call for the whole stack, or, with dropout (staged_), one call per
+    // layer. Call k runs layers [first_layer(k), first_layer(k) + call_layers()) with config
+    // call_config(k), on the matching slices of every layer-indexed buffer.
+    int64_t call_count() const { return staged_ ? config_.num_layers : 1; }
+    int64_t call_layers() const { return staged_ ? 1 : config_.num_layers; }
+    Config call_config(int64_t k) const { return staged_ ? core_.single_layer(k) : core_; }
 
-    // A training forward one layer at a time: layer l reads x_ (l = 0) or the dropped-out output
-    // of layer l - 1, and writes its own stage (the top layer writes y_view_); the dropout mask
-    // and the dropped output of every layer but the top stay in stages_ for backward.
-    void forward_by_layer(Span<const int64_t> lengths) {
-        const int64_t layers = config_.num_layers, seq_len = x_.size(0);
-        const int64_t plane = seq_len * batch_ * out_width();
-        for (int64_t l = 0; l < layers; ++l) {
-            const Config cl = core_.single_layer(l);
+    // Forward over x_ (time-major), h0_, c0_ into y_view_, hn_, cn_. Call k reads x_ (k = 0) or
+    // the dropped-out output of call k - 1 and writes its own stage (the last call writes
+    // y_view_); the stages and masks stay in stages_ for backward.
+    void forward_calls(Span<const int64_t> lengths, bool training) {
+        const int64_t calls = call_count(), seq_len = x_.size(0), count = call_layers();
+        for (int64_t k = 0; k < calls; ++k) {
+            const Config ck = call_config(k);
             ForwardArgs<T> a;
-            a.x = l == 0 ? x_ : stage_view(l - 1, Stage::dropped);
+            a.x = k == 0 ? x_ : stage_view(k - 1, Stage::dropped);
             a.lengths = lengths;
-            a.h0 = initial_slice(h0_, l, config_.state_size());
-            a.c0 = initial_slice(c0_, l, config_.hidden_size);
-            a.params = layer_params(parameters().data, l);
-            a.y = l + 1 == layers ? y_view_ : stage_view_mut(l, Stage::output);
-            a.hn = state_slice(hn_, l, 1, config_.state_size());
-            a.cn = state_slice(cn_, l, 1, config_.hidden_size);
+            a.h0 = caller_slice(h0_, k, count, config_.state_size());
+            a.c0 = caller_slice(c0_, k, count, config_.hidden_size);
+            a.params = layer_params(parameters().data, k, ck);
+            a.y = k + 1 == calls ? y_view_ : stage_view_mut(k, Stage::output);
+            a.hn = state_slice(hn_, k, count, config_.state_size());
+            a.cn = state_slice(cn_, k, count, config_.hidden_size);
             a.workspace = workspace_.data();
             a.workspace_size = workspace_.size();
-            a.reserve = layer_reserve(l);
-            a.reserve_size = variant_->reserve_bytes(cl, dtype_of<T>(), seq_len, batch_);
+            a.reserve = training ? layer_reserve(k) : nullptr;
+            a.reserve_size =
+                training ? variant_->reserve_bytes(ck, dtype_of<T>(), seq_len, batch_) : 0;
             a.context = context_;
-            variant_->forward(cl, a);
-            if (l + 1 < layers)
-                detail::dropout(device_, context_, plane, dropout_key(l), config_.dropout,
-                                stage(l, Stage::output), stage(l, Stage::mask),
-                                stage(l, Stage::dropped));
+            variant_->forward(ck, a);
+            if (k + 1 < calls)
+                detail::dropout(device_, context_, seq_len * batch_ * out_width(), dropout_key(k),
+                                config_.dropout, stage(k, Stage::output), stage(k, Stage::mask),
+                                stage(k, Stage::dropped));
         }
     }
 
-    // Backward of forward_whole: one variant call.
-    void backward_whole(TensorView<const T> dy, TensorView<const T> dhn, TensorView<const T> dcn,
+    // Backward of forward_calls, last call first: with dropout, each layer's input gradient goes
+    // back through the mask below it (in place) to become the output gradient of that layer.
+    void backward_calls(TensorView<const T> dy, TensorView<const T> dhn, TensorView<const T> dcn,
                         TensorView<T> dx) {
-        BackwardArgs<T> a;
-        a.x = x_;
-        a.lengths = Span<const int64_t>(lengths_);
-        a.h0 = h0_;
-        a.c0 = c0_;
-        a.params = parameters().view();
-        a.y = y_view_;
-        a.dy = dy;
-        a.dhn = dhn;
-        a.dcn = dcn;
-        a.dx = dx;
-        a.dh0 = state_slice(dh0_, 0, config_.num_layers, config_.state_size());
-        a.dc0 = state_slice(dc0_, 0, config_.num_layers, config_.hidden_size);
-        a.dparams = gradients().view();
-        a.workspace = workspace_.data();
-        a.workspace_size = workspace_.size();
-        a.reserve = reserve_.data();
-        a.reserve_size = reserve_.size();
-        a.context = context_;
-        variant_->backward(core_, a);
-    }
-
-    // Backward of forward_by_layer, top layer first: each layer's input gradient goes back
-    // through its dropout mask (in place) to become the output gradient of the layer below.
-    void backward_by_layer(TensorView<const T> dy, TensorView<const T> dhn, TensorView<const T> dcn,
-                           TensorView<T> dx) {
-        const int64_t layers = config_.num_layers, seq_len = x_.size(0);
+        const int64_t calls = call_count(), seq_len = x_.size(0), count = call_layers();
         const int64_t plane = seq_len * batch_ * out_width();
-        d_mid_.reserve(bytes_of(2 * plane));
-        T* mid[2] = {d_mid_.template as<T>(), d_mid_.template as<T>() + plane};
+        if (staged_) d_mid_.reserve(bytes_of(2 * plane));
         TensorView<const T> d_out = dy;
-        for (int64_t l = layers - 1; l >= 0; --l) {
-            const Config cl = core_.single_layer(l);
-            T* d_in = l > 0 ? mid[l % 2] : nullptr;
+        for (int64_t k = calls - 1; k >= 0; --k) {
+            const Config ck = call_config(k);
+            // Two halves alternate, so a call's dx never aliases its dy.
+            T* d_in = k > 0 ? d_mid_.template as<T>() + (k % 2) * plane : nullptr;
             BackwardArgs<T> a;
-            a.x = l == 0 ? x_ : stage_view(l - 1, Stage::dropped);
+            a.x = k == 0 ? x_ : stage_view(k - 1, Stage::dropped);
             a.lengths = Span<const int64_t>(lengths_);
-            a.h0 = initial_slice(h0_, l, config_.state_size());
-            a.c0 = initial_slice(c0_, l, config_.hidden_size);
-            a.params = layer_params(parameters().data, l);
-            a.y = l + 1 == layers ? TensorView<const T>(y_view_) : stage_view(l, Stage::output);
+            a.h0 = caller_slice(h0_, k, count, config_.state_size());
+            a.c0 = caller_slice(c0_, k, count, config_.hidden_size);
+            a.params = layer_params(parameters().data, k, ck);
+            a.y = k + 1 == calls ? TensorView<const T>(y_view_) : stage_view(k, Stage::output);
             a.dy = d_out;
-            a.dhn = initial_slice(dhn, l, config_.state_size());
-            a.dcn = initial_slice(dcn, l, config_.hidden_size);
-            a.dx = l > 0 ? TensorView<T>(d_in, {seq_len, batch_, out_width()}, device_) : dx;
-            a.dh0 = state_slice(dh0_, l, 1, config_.state_size());
-            a.dc0 = state_slice(dc0_, l, 1, config_.hidden_size);
-            a.dparams = layer_params(gradients().data, l);
+            a.dhn = caller_slice(dhn, k, count, config_.state_size());
+            a.dcn = caller_slice(dcn, k, count, config_.hidden_size);
+            a.dx = k > 0 ? TensorView<T>(d_in, {seq_len, batch_, out_width()}, device_) : dx;
+            a.dh0 = state_slice(dh0_, k, count, config_.state_size());
+            a.dc0 = state_slice(dc0_, k, count, config_.hidden_size);
+            a.dparams = layer_params(gradients().data, k, ck);
             a.workspace = workspace_.data();
             a.workspace_size = workspace_.size();
-            a.reserve = layer_reserve(l);
-            a.reserve_size = variant_->reserve_bytes(cl, dtype_of<T>(), seq_len, batch_);
+            a.reserve = layer_reserve(k);
+            a.reserve_size = variant_->reserve_bytes(ck, dtype_of<T>(), seq_len, batch_);
             a.context = context_;
-            variant_->backward(cl, a);
-            if (l == 0) break;
-            detail::multiply(device_, context_, plane, d_in, stage(l - 1, Stage::mask), d_in);
+            variant_->backward(ck, a);
+            if (k == 0) break;
+            detail::multiply(device_, context_, plane, d_in, stage(k - 1, Stage::mask), d_in);
             d_out = TensorView<const T>(d_in, {seq_len, batch_, out_width()}, device_);
         }
+    }
+
+    // Fingerprint of the host x, h0, c0 the layer keeps views of (0 on cuda: the layer does not
+    // read device memory back for this).
+    uint64_t inputs_fingerprint() const {
+        if (device_ != Device::cpu) return 0;
+        uint64_t print = 0;
+        for (const TensorView<const T>* v : {&x_, &h0_, &c0_})
+            print = print * 31 +
+                    (v->empty() ? 0 : detail::fingerprint(v->data(), bytes_of(v->numel())));
+        return print;
+    }
+    // Backward reads x, h0 and c0 again through the views forward kept; a caller that freed,
+    // reused or overwrote them would get gradients of other data without any sign, so on the
+    // host the layer compares their fingerprint with forward's.
+    void check_inputs_unchanged() const {
+        check(inputs_fingerprint() == inputs_print_,
+              "Lstm::backward: x, h0 or c0 changed since forward() (their contents differ from "
+              "what forward read). The layer keeps views of them, not copies: keep them alive and "
+              "unchanged until backward() (a buffer freed and reused in between shows up here)");
     }
 
     // What stages_ holds per layer below the top, each (T, N, D*S): the layer's own output, its
@@ -491,19 +470,20 @@ private:
         return static_cast<unsigned char*>(reserve_.data()) +
                layer_reserve_offset_[static_cast<size_t>(layer)];
     }
-    // Layer `layer`'s slice of a flat parameter or gradient buffer, in config.single_layer(layer)
-    // layout.
-    TensorView<T> layer_params(T* flat, int64_t layer) const {
-        return TensorView<T>(flat + layer_param_offset(config_, layer),
-                             {param_count(core_.single_layer(layer))}, device_);
+    // Call k's slice of a flat parameter or gradient buffer (param_count(config) elements): the
+    // parameters of its layers, laid out as `config` (call_config(k)) expects.
+    TensorView<T> layer_params(T* flat, int64_t k, const Config& config) const {
+        return TensorView<T>(flat + layer_param_offset(config_, k * call_layers()),
+                             {param_count(config)}, device_);
     }
-    // Layer `layer`'s (D, N, width) slice of a (L*D, N, width) state given by the caller; empty
-    // stays empty.
-    TensorView<const T> initial_slice(TensorView<const T> v, int64_t layer, int64_t width) const {
+    // Cells of layers [layer, layer + count) of a (L*D, N, width) state given by the caller;
+    // empty stays empty.
+    TensorView<const T> caller_slice(TensorView<const T> v, int64_t layer, int64_t count,
+                                     int64_t width) const {
         if (v.empty()) return v;
         const int64_t dirs = config_.num_directions();
-        return TensorView<const T>(v.data() + layer * dirs * batch_ * width, {dirs, batch_, width},
-                                   device_);
+        return TensorView<const T>(v.data() + layer * dirs * batch_ * width,
+                                   {count * dirs, batch_, width}, device_);
     }
     // Cells [layer * D, (layer + count) * D) of a layer-owned (L*D, N, width) state buffer.
     TensorView<T> state_slice(Buffer& b, int64_t layer, int64_t count, int64_t width) {
@@ -592,6 +572,7 @@ private:
     TensorView<const T> y_out_;        // what forward returned: y_view_ or its batch-first copy
     int64_t batch_ = 0;
     uint64_t dropout_seed_ = 0, dropout_count_ = 0;
+    uint64_t inputs_print_ = 0;  // inputs_fingerprint() of the last training forward
     bool trained_ = false;
     bool staged_ = false;  // the last training forward ran layer by layer (dropout)
 };

@@ -154,6 +154,22 @@ void check_style(LoopStyle style, const Shape& s, uint64_t seed) {
     }
 }
 
+// Split backward (data + weights) gives the bits of BackwardPart::all, and an inference forward
+// those of the training forward, for one case and style.
+void check_split_and_inference(LoopStyle style, const reference::LstmCase& c,
+                               const std::vector<double>& before) {
+    const auto all = emulate<float>(style, c, true, false, before);
+    const auto split = emulate<float>(style, c, true, true, before);
+    const auto inference = emulate<float>(style, c, false, false);
+    CHECK(split.dx == all.dx);
+    CHECK(split.dh0 == all.dh0);
+    CHECK(split.dc0 == all.dc0);
+    CHECK(split.dparams == all.dparams);
+    CHECK(inference.y == all.y);
+    CHECK(inference.hn == all.hn);
+    CHECK(inference.cn == all.cn);
+}
+
 }  // namespace
 
 TEST_CASE("cuda loop emulated on the host matches the reference, both styles and precisions",
@@ -170,21 +186,53 @@ TEST_CASE("cuda loop emulated on the host matches the reference, both styles and
 
 TEST_CASE("cuda loop: split backward and inference give the same bits as all / training",
           "[cuda_host]") {
-    const Config config{4, 6, 2, true};
-    const reference::LstmCase c = make_case(config, 7, 4, {7, 2, 5, 1}, true, 4321);
-    const std::vector<double> before = random_vector(param_count(config), 17);
+    // Plain, with a projection (dW_hr from the reserve's h_raw and dh), and both without biases.
+    Config projected{4, 6, 2, true};
+    projected.proj_size = 2;
+    Config biasless = projected;
+    biasless.bias = false;
+    for (const Config& config : {Config{4, 6, 2, true}, projected, biasless}) {
+        const reference::LstmCase c = make_case(config, 7, 4, {7, 2, 5, 1}, true, 4321);
+        const std::vector<double> before = random_vector(param_count(config), 17);
+        for (LoopStyle style : {LoopStyle::basic, LoopStyle::fused}) {
+            INFO("style " << cuda::to_string(style) << ", proj_size " << config.proj_size
+                          << ", bias " << config.bias);
+            check_split_and_inference(style, c, before);
+        }
+    }
+}
+
+TEST_CASE("cuda loop: what a projection adds to the queued work", "[cuda_host]") {
+    // Counts the queued work of one training forward + backward: with P > 0 each forward step
+    // adds the projection GEMM and CarryHidden, each backward step SumOutputGrad and the GEMM
+    // back to h_raw (basic drops AddOutputGrad for it), and each weight pass the dW_hr GEMM.
+    Config plain{3, 5, 1, false};
+    Config projected = plain;
+    projected.proj_size = 2;
+    const int64_t seq_len = 4;
     for (LoopStyle style : {LoopStyle::basic, LoopStyle::fused}) {
+        int64_t work[2] = {0, 0};
+        for (int k = 0; k < 2; ++k) {
+            const reference::LstmCase c =
+                make_case(k == 0 ? plain : projected, seq_len, 2, {}, true, 5);
+            Emulation<float> em(style, c);
+            reference::RunBuffers buffers;
+            buffers.workspace = em.workspace.data();
+            buffers.workspace_size = em.ws_bytes;
+            buffers.reserve = em.reserve.data();
+            buffers.reserve_size = em.rs_bytes;
+            reference::run_case_parts<float>(
+                c, buffers, {BackwardPart::all},
+                [&](const ForwardArgs<float>& f) { em.loop().forward(f); },
+                [&](const BackwardArgs<float>& b) { em.loop().backward(b); });
+            work[k] = em.backend.work[0];
+        }
         INFO("style " << cuda::to_string(style));
-        const auto all = emulate<float>(style, c, true, false, before);
-        const auto split = emulate<float>(style, c, true, true, before);
-        const auto inference = emulate<float>(style, c, false, false);
-        CHECK(split.dx == all.dx);
-        CHECK(split.dh0 == all.dh0);
-        CHECK(split.dc0 == all.dc0);
-        CHECK(split.dparams == all.dparams);
-        CHECK(inference.y == all.y);
-        CHECK(inference.hn == all.hn);
-        CHECK(inference.cn == all.cn);
+        // basic: per step +2 forward, +1 backward (+2 - 1), +1 weight GEMM; fused: +2, +2 per
+        // step and one dW_hr GEMM over all frames.
+        const int64_t extra =
+            style == LoopStyle::basic ? seq_len * (2 + 1 + 1) : seq_len * (2 + 2) + 1;
+        CHECK(work[1] - work[0] == extra);
     }
 }
 
@@ -242,7 +290,10 @@ TEST_CASE("cuda frame index: length sort, compact offsets and the uploaded block
 
 TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disjoint and aligned",
           "[cuda_host]") {
-    for (const Config& config : {Config{3, 5, 1, false}, Config{123, 320, 4, true}}) {
+    Config projected{123, 320, 4, true};
+    projected.proj_size = 100;
+    for (const Config& config : {Config{3, 5, 1, false}, Config{123, 320, 4, true}, projected}) {
+        INFO("proj_size " << config.proj_size);
         const int64_t seq_len = 7, batch = 5;
         const size_t ws_bytes = cuda::workspace_size(config, DType::f32, seq_len, batch);
         const size_t rs_bytes = cuda::reserve_size(config, DType::f32, seq_len, batch);
@@ -254,6 +305,7 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
         CHECK(wc.bytes() == ws_bytes);
         CHECK(rc.bytes() == rs_bytes);
         const int64_t frames = seq_len * batch, H = config.hidden_size;
+        const int64_t Hs = config.state_size(), P = config.proj_size;
         const int64_t W = std::max(config.input_size, config.output_size());
         struct Range {
             const void* p;
@@ -267,10 +319,16 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
             {ws.ones, sizeof(float) * frames}};
         for (int64_t d = 0; d < config.num_directions(); ++d) {
             ranges.push_back({ws.gates[d], sizeof(float) * frames * 4 * H});
-            for (const float* p : {ws.h[d], ws.c[d], ws.c_init[d]})
+            ranges.push_back({ws.h[d], sizeof(float) * batch * Hs});
+            for (const float* p : {ws.c[d], ws.c_init[d]})
                 ranges.push_back({p, sizeof(float) * batch * H});
+            if (P > 0) ranges.push_back({ws.h_raw[d], sizeof(float) * batch * H});
         }
         if (!config.bidirectional) CHECK(ws.gates[1] == nullptr);
+        // Only a projection carves h_raw, and after everything else: without one the workspace
+        // is the one the loop had before projections.
+        CHECK((ws.h_raw[0] != nullptr) == (P > 0));
+        CHECK((ws.h_raw[1] != nullptr) == (P > 0 && config.bidirectional));
         for (size_t i = 0; i < ranges.size(); ++i) {
             const auto a = reinterpret_cast<uintptr_t>(ranges[i].p);
             CHECK(a % lstm::detail::Carver::kAlignment == 0);
@@ -282,8 +340,21 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
             }
         }
         const size_t cells = size_t(config.num_cells());
-        CHECK(reinterpret_cast<char*>(rs.h_prev) + sizeof(float) * cells * frames * H ==
-              base + rs_bytes);
+        CHECK(reinterpret_cast<char*>(rs.cell) + sizeof(float) * cells * frames * H <=
+              reinterpret_cast<char*>(rs.h_prev));
+        if (P == 0) {
+            CHECK(rs.h_raw == nullptr);
+            CHECK(rs.dh == nullptr);
+            CHECK(reinterpret_cast<char*>(rs.h_prev) + sizeof(float) * cells * frames * H ==
+                  base + rs_bytes);
+        } else {
+            CHECK(reinterpret_cast<char*>(rs.h_prev) + sizeof(float) * cells * frames * Hs <=
+                  reinterpret_cast<char*>(rs.h_raw));
+            CHECK(reinterpret_cast<char*>(rs.h_raw) + sizeof(float) * cells * frames * H <=
+                  reinterpret_cast<char*>(rs.dh));
+            CHECK(reinterpret_cast<char*>(rs.dh) + sizeof(float) * cells * frames * P ==
+                  base + rs_bytes);
+        }
         CHECK(cuda::workspace_size(config, DType::f64, seq_len, batch) > ws_bytes);
     }
 }
@@ -291,7 +362,7 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
 TEST_CASE("cuda plan keys and call signatures", "[cuda_host]") {
     const Config a{3, 5, 2, true};
     const std::string k = cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 3);
-    CHECK(k == "cuda_fused/forward_training/I3/H5/L2/D2/P0/T7/N3/float32");
+    CHECK(k == "cuda_fused/forward_training/I3/H5/L2/D2/P0/B1/T7/N3/float32");
     CHECK(k == cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 3));
     const std::vector<std::string> others = {
         cuda::plan_key(LoopStyle::basic, "forward_training", a, DType::f32, 7, 3),
@@ -300,6 +371,9 @@ TEST_CASE("cuda plan keys and call signatures", "[cuda_host]") {
         cuda::plan_key(LoopStyle::fused, "forward_training", {4, 5, 2, true}, DType::f32, 7, 3),
         cuda::plan_key(LoopStyle::fused, "forward_training", {3, 6, 2, true}, DType::f32, 7, 3),
         cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 1, true}, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 2, true, 2}, DType::f32, 7, 3),
+        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 2, true, 0, false}, DType::f32,
+                       7, 3),
         cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f64, 7, 3),
         cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 8, 3),
         cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 4),
@@ -357,6 +431,9 @@ TEST_CASE("cuda basic and fused are registered, sized by the shared carving, nee
         INFO("variant " << name);
         CHECK_FALSE(v.supports(config, DType::f32).has_value());
         CHECK_FALSE(v.supports(config, DType::f64).has_value());
+        // nn.LSTM(proj_size=2, bias=False) as well.
+        CHECK_FALSE(v.supports(Config{3, 5, 2, true, 2, false}, DType::f32).has_value());
+        CHECK_FALSE(v.supports(Config{3, 5, 2, true, 2, false}, DType::f64).has_value());
         CHECK_FALSE(v.supports_split_backward().has_value());
         CHECK(v.workspace_bytes(config, DType::f32, 7, 3) ==
               cuda::workspace_size(config, DType::f32, 7, 3));

@@ -32,18 +32,28 @@ Config without_bias(Config c) {
     return c;
 }
 
+Config projected(Config c, int64_t proj_size) {
+    c.proj_size = proj_size;
+    return c;
+}
+
 const Config kConfigs[] = {
     {3, 5, 1, false},  // I != H, one cell
     {3, 5, 2, true},   // bidirectional stack: layer 1 reads 2H
     {4, 4, 3, false},  // I == H, three layers
     {7, 2, 2, true},
     without_bias({3, 5, 2, true}),  // CUDNN_RNN_NO_BIAS: matrices only
+    // Recurrent projection: recurrent matrices (H, P), layer 1 reads 2P, linLayerID 8 = W_hr.
+    projected({3, 5, 2, true}, 3),
+    projected({4, 6, 3, false}, 1),
+    without_bias(projected({3, 5, 2, true}, 2)),
 };
 
 std::string config_name(const Config& c) {
     return "I " + std::to_string(c.input_size) + ", H " + std::to_string(c.hidden_size) + ", L " +
            std::to_string(c.num_layers) + (c.bidirectional ? ", bi" : ", uni") +
-           (c.bias ? "" : ", no bias");
+           (c.bias ? "" : ", no bias") +
+           (c.proj_size > 0 ? ", proj " + std::to_string(c.proj_size) : "");
 }
 
 // What a piece must be, stated through PyTorch's parameter names (param_entries) rather than
@@ -58,6 +68,13 @@ CudnnPiece expected_piece(const Config& config, int64_t pseudo_layer, int id, Cu
     p.pseudo_layer = pseudo_layer;
     p.lin_layer_id = id;
     p.kind = kind;
+    if (id == 8) {  // cuDNN's projection matrix: all of weight_hr (P, H)
+        const ParamEntry e = find_param(config, "weight_hr" + suffix);
+        p.rows = e.rows;
+        p.cols = e.cols;
+        p.param_offset = e.offset;
+        return p;
+    }
     p.rows = hidden;
     if (kind == CudnnPieceKind::matrix) {
         const ParamEntry e = find_param(config, (recurrent ? "weight_hh" : "weight_ih") + suffix);
@@ -72,10 +89,11 @@ CudnnPiece expected_piece(const Config& config, int64_t pseudo_layer, int id, Cu
 }
 
 // A cuDNN-like weight space for `config`: per pseudo-layer the 4 input matrices, the 4
-// recurrent ones, then the 4 b_W and 4 b_R biases, each group starting at a multiple of
-// `align` elements, groups in the order `group_order` (a permutation of 0..3: W, R, bW, bR)
-// and gates within a group in the order `gate_order`. Returns the pieces' space offsets in
-// cudnn_pieces() order and the space size.
+// recurrent ones, then the 4 b_W and 4 b_R biases (absent without biases) and the projection
+// matrix (with a projection), each group starting at a multiple of `align` elements, groups in
+// the order `group_order` (a permutation of 0..4: W, R, bW, bR, projection) and gates within a
+// group in the order `gate_order`. Returns the pieces' space offsets in cudnn_pieces() order and
+// the space size.
 struct SimulatedSpace {
     std::vector<int64_t> offsets;
     int64_t elems = 0;
@@ -91,7 +109,15 @@ SimulatedSpace simulate_cudnn_space(const Config& config, int64_t align,
     for (int64_t pl = 0; pl < config.num_cells(); ++pl) {
         for (int group : group_order) {
             at = (at + align - 1) / align * align;
-            const bool bias = group >= 2, recurrent = group % 2 == 1;
+            if (group == 4) {  // the projection: one matrix, linLayerID 8
+                for (size_t k = 0; k < pieces.size(); ++k)
+                    if (pieces[k].pseudo_layer == pl && pieces[k].lin_layer_id == 8) {
+                        s.offsets[k] = at;
+                        at += pieces[k].numel();
+                    }
+                continue;
+            }
+            const bool bias = group == 2 || group == 3, recurrent = group % 2 == 1;
             for (int gate : gate_order) {
                 const int id = gate + (recurrent ? 4 : 0);
                 for (size_t k = 0; k < pieces.size(); ++k) {
@@ -123,7 +149,8 @@ TEST_CASE("cudnn mapping: every linLayerID names the PyTorch rows it holds", "[c
     for (const Config& config : kConfigs) {
         INFO(config_name(config));
         const std::vector<CudnnPiece> pieces = cuda::cudnn_pieces(config);
-        REQUIRE(pieces.size() == size_t(config.num_cells() * (config.bias ? 16 : 8)));
+        const int per_cell = (config.bias ? 16 : 8) + (config.proj_size > 0 ? 1 : 0);
+        REQUIRE(pieces.size() == size_t(config.num_cells() * per_cell));
         for (const CudnnPiece& p : pieces) {
             const CudnnPiece want = expected_piece(config, p.pseudo_layer, p.lin_layer_id, p.kind);
             INFO(cuda::cudnn_piece_name(config, p));
@@ -172,6 +199,58 @@ TEST_CASE("cudnn mapping: literal offsets of a one-cell LSTM", "[cudnn_host]") {
                       Catch::Contains("pseudo_layer 4 outside 0..3"));
     CHECK_THROWS_WITH(cuda::cudnn_piece(bi, 0, 8, CudnnPieceKind::bias),
                       Catch::Contains("lin_layer_id 8 outside 0..7"));
+    CHECK_THROWS_WITH(cuda::cudnn_piece(without_bias(bi), 0, 1, CudnnPieceKind::bias),
+                      Catch::Contains("no bias in a config without biases"));
+}
+
+TEST_CASE("cudnn mapping: literal offsets with a recurrent projection", "[cudnn_host]") {
+    // I 3, H 5, P 2, one cell: weight_ih (20, 3) at 0, weight_hh (20, 2) at 60, bias_ih at 100,
+    // bias_hh at 120, weight_hr (2, 5) at 140.
+    const Config config = projected({3, 5, 1, false}, 2);
+    REQUIRE(param_count(config) == 150);
+    auto piece = [&](int id, CudnnPieceKind kind) {
+        return cuda::cudnn_piece(config, 0, id, kind);
+    };
+    CHECK(piece(3, CudnnPieceKind::matrix).param_offset == 45);
+    CHECK(piece(3, CudnnPieceKind::matrix).cols == 3);
+    // Recurrent matrices read the projected h: (H, P) blocks of weight_hh (4H, P).
+    CHECK(piece(4, CudnnPieceKind::matrix).param_offset == 60);
+    CHECK(piece(5, CudnnPieceKind::matrix).param_offset == 70);
+    CHECK(piece(7, CudnnPieceKind::matrix).rows == 5);
+    CHECK(piece(7, CudnnPieceKind::matrix).cols == 2);
+    CHECK(piece(0, CudnnPieceKind::bias).param_offset == 100);
+    CHECK(piece(4, CudnnPieceKind::bias).param_offset == 120);
+    const CudnnPiece hr = piece(8, CudnnPieceKind::matrix);
+    CHECK(hr.param_offset == 140);
+    CHECK(hr.rows == 2);
+    CHECK(hr.cols == 5);
+    CHECK(cuda::cudnn_piece_name(config, hr) ==
+          "weight_hr_l0 (pseudo-layer 0, linLayerID 8, matrix)");
+    CHECK(cuda::cudnn_pieces(config).back().lin_layer_id == 8);
+    CHECK_THROWS_WITH(piece(8, CudnnPieceKind::bias), Catch::Contains("has no bias"));
+    CHECK_THROWS_WITH(piece(9, CudnnPieceKind::matrix),
+                      Catch::Contains("lin_layer_id 9 outside 0..8"));
+
+    // Bidirectional, 2 layers, P 3: layer 1 reads D*P = 6 inputs; the reverse projection of
+    // layer 1 is pseudo-layer 3's linLayerID 8.
+    const Config bi = projected({3, 5, 2, true}, 3);
+    CHECK(cuda::cudnn_piece(bi, 3, 2, CudnnPieceKind::matrix).cols == 6);
+    const CudnnPiece hr_bi = cuda::cudnn_piece(bi, 3, 8, CudnnPieceKind::matrix);
+    CHECK(hr_bi.param_offset == find_param(bi, "weight_hr_l1_reverse").offset);
+    CHECK(cuda::cudnn_piece_name(bi, hr_bi) ==
+          "weight_hr_l1_reverse (pseudo-layer 3, linLayerID 8, matrix)");
+
+    // cuDNN's description of W_r is checked like any matrix: (1, P, H) dense.
+    {
+        const int dims[3] = {1, 2, 5}, strides[3] = {10, 5, 1};
+        CHECK_NOTHROW(cuda::check_cudnn_reported_shape(config, hr, 3, dims, strides));
+    }
+    {  // transposed (H, P): a plain copy would scramble it
+        const int dims[3] = {1, 5, 2}, strides[3] = {10, 2, 1};
+        CHECK_THROWS_WITH(
+            cuda::check_cudnn_reported_shape(config, hr, 3, dims, strides),
+            Catch::Contains("weight_hr_l0") && Catch::Contains("expected dims (1, 2, 5)"));
+    }
 }
 
 TEST_CASE("cudnn mapping: the shapes cuDNN reports are checked", "[cudnn_host]") {
@@ -219,12 +298,14 @@ TEST_CASE("cudnn copies: coalescing on simulated cuDNN layouts, executed in host
         std::vector<int> groups, gates;
         int64_t max_copies_per_cell;  // what the merge must reach at most
     };
+    // Group 4 is the projection matrix, absent (an empty group) without a projection.
     const std::vector<Layout> layouts = {
-        {"ours exactly", 1, {0, 1, 2, 3}, {0, 1, 2, 3}, 1},
-        {"ours, cells 64-aligned", 64, {0, 1, 2, 3}, {0, 1, 2, 3}, 4},
-        {"matrices before biases, 16-aligned groups", 16, {0, 1, 2, 3}, {0, 1, 2, 3}, 4},
-        {"biases first", 1, {2, 3, 0, 1}, {0, 1, 2, 3}, 4},
-        {"gates reversed", 1, {0, 1, 2, 3}, {3, 2, 1, 0}, 16},
+        {"ours exactly", 1, {0, 1, 2, 3, 4}, {0, 1, 2, 3}, 1},
+        {"ours, cells 64-aligned", 64, {0, 1, 2, 3, 4}, {0, 1, 2, 3}, 5},
+        {"matrices before biases, 16-aligned groups", 16, {0, 1, 2, 3, 4}, {0, 1, 2, 3}, 5},
+        {"biases first", 1, {2, 3, 0, 1, 4}, {0, 1, 2, 3}, 5},
+        {"projection first", 1, {4, 0, 1, 2, 3}, {0, 1, 2, 3}, 5},
+        {"gates reversed", 1, {0, 1, 2, 3, 4}, {3, 2, 1, 0}, 17},
     };
     for (const Config& config : kConfigs) {
         for (const Layout& layout : layouts) {
@@ -234,7 +315,7 @@ TEST_CASE("cudnn copies: coalescing on simulated cuDNN layouts, executed in host
             const std::vector<CudnnCopySegment> copies = cuda::coalesce_copy_segments(
                 segments_of(config, space), param_count(config), space.elems);
             CHECK(int64_t(copies.size()) <= layout.max_copies_per_cell * config.num_cells());
-            if (layout.align == 1 && layout.groups == std::vector<int>{0, 1, 2, 3} &&
+            if (layout.align == 1 && layout.groups == std::vector<int>{0, 1, 2, 3, 4} &&
                 layout.gates == std::vector<int>{0, 1, 2, 3})
                 CHECK(copies.size() == 1);  // the whole buffer in one copy
             CHECK(cuda::covered_elements(copies) == param_count(config));
@@ -369,12 +450,16 @@ TEST_CASE("cudnn plan keys name everything a plan depends on and reuse their sto
           "[cudnn_host]") {
     std::string a, b;
     cuda::cudnn_plan_key(Config{3, 5, 2, true}, DType::f32, 10, 4, a);
-    CHECK(a == "cudnn/I3/H5/L2/D2/f32/T10/N4");
-    const std::vector<std::pair<Config, DType>> others = {{Config{3, 5, 2, false}, DType::f32},
-                                                          {Config{3, 5, 1, true}, DType::f32},
-                                                          {Config{4, 5, 2, true}, DType::f32},
-                                                          {Config{3, 6, 2, true}, DType::f32},
-                                                          {Config{3, 5, 2, true}, DType::f64}};
+    CHECK(a == "cudnn/I3/H5/L2/D2/P0/B1/f32/T10/N4");
+    const std::vector<std::pair<Config, DType>> others = {
+        {Config{3, 5, 2, false}, DType::f32},
+        {Config{3, 5, 1, true}, DType::f32},
+        {Config{4, 5, 2, true}, DType::f32},
+        {Config{3, 6, 2, true}, DType::f32},
+        {Config{3, 5, 2, true}, DType::f64},
+        // The projection and the biases change the RNN descriptor and the weight mapping.
+        {projected({3, 5, 2, true}, 2), DType::f32},
+        {without_bias({3, 5, 2, true}), DType::f32}};
     for (const auto& o : others) {
         cuda::cudnn_plan_key(o.first, o.second, 10, 4, b);
         CHECK(b != a);
@@ -406,9 +491,10 @@ TEST_CASE("cudnn variant: registered, answers its capabilities without a device"
     CHECK_FALSE(v.supports(Config{3, 5, 2, true}, DType::f64));
     CHECK_FALSE(v.supports_variable_lengths());
     CHECK_FALSE(v.supports_split_backward());
-    Config proj{3, 5, 1, false};
-    proj.proj_size = 2;
-    CHECK(v.supports(proj, DType::f32));
+    // nn.LSTM(proj_size=P) is cuDNN's recurrent projection; bias=False its CUDNN_RNN_NO_BIAS.
+    CHECK_FALSE(v.supports(projected({3, 5, 1, false}, 2), DType::f32));
+    CHECK_FALSE(v.supports(projected({3, 5, 2, true}, 4), DType::f64));
+    CHECK_FALSE(v.supports(without_bias(projected({3, 5, 2, true}, 1)), DType::f32));
     // The registry lists it after every CPU variant.
     const auto& all = variants();
     CHECK(all.back() == &v);

@@ -162,6 +162,18 @@ TEST_CASE("the registry and the layer report unknown names and misuse", "[errors
     batch_major.batch_first = true;
     CHECK_THROWS_WITH(find_variant("basic", Device::cpu).require(batch_major, DType::f32, false),
                       Contains("config.batch_first: a Variant call is time-major"));
+    // The layer keeps views of x, h0, c0 until backward: a changed (or freed and reused) buffer
+    // is caught there instead of silently giving gradients of other data.
+    {
+        Lstm kept(Config{3, 5, 1, false}, "basic");
+        std::vector<float> xs(2 * 4 * 3, 0.25f), dys(2 * 4 * 5, 1.0f);
+        kept.forward(TensorView<const float>(xs.data(), {2, 4, 3}));
+        xs[7] = 0.5f;
+        CHECK_THROWS_WITH(kept.backward(TensorView<const float>(dys.data(), {2, 4, 5})),
+                          Contains("x, h0 or c0 changed since forward()"));
+        xs[7] = 0.25f;  // restored: backward runs
+        CHECK_NOTHROW(kept.backward(TensorView<const float>(dys.data(), {2, 4, 5})));
+    }
     // batch_first names the caller's layout in a shape error.
     Lstm bf(batch_major, "basic");
     std::vector<float> x(2 * 4 * 3, 0.5f);

@@ -1,14 +1,17 @@
 // What the registry tests (variants_test.cpp) do not cover for the `onednn` variant: its refusals,
 // the gate order of its weight conversion, layer stacking across primitives, inference forward,
-// omitted optional arguments and its plan cache.
+// omitted optional arguments and its plan cache, each also with projections (oneDNN's LSTM with
+// projection, whose absence on a CPU or oneDNN build must come out as lstm::Unsupported).
 
 #if LSTM_WITH_ONEDNN
 
 #include <catch2/catch.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/host_info.hpp"
 #include "lstm/registry.hpp"
 #include "tolerance.hpp"
 #include "variant_runner.hpp"
@@ -20,6 +23,28 @@ using Catch::Contains;
 namespace {
 
 const Variant& onednn() { return find_variant("onednn", Device::cpu); }
+
+Config projected(Config c, int64_t proj_size) {
+    c.proj_size = proj_size;
+    return c;
+}
+Config no_bias(Config c) {
+    c.bias = false;
+    return c;
+}
+
+// Null where oneDNN builds its LSTM with projection on this CPU (under DNNL_MAX_CPU_ISA, if set);
+// else the variant's lstm::Unsupported message, which must say what is missing and what to use.
+std::optional<std::string> projection_refusal() {
+    try {
+        onednn().workspace_bytes(projected({3, 5, 1, true}, 2), DType::f32, 3, 2);
+        return std::nullopt;
+    } catch (const Unsupported& e) {
+        const std::string why = e.what();
+        CHECK_THAT(why, Contains("no LSTM with projection") && Contains("'basic'"));
+        return why;
+    }
+}
 
 // Which optional arguments a run leaves out.
 struct Omit {
@@ -34,30 +59,31 @@ struct Omit {
 VariantResult run_float(const Variant& v, const LstmCase& c, Omit omit, bool inference = false) {
     const Config& cfg = c.in.config;
     const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
-    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
+    // h is S = state_size() wide (proj_size with a projection), c always H.
+    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size, width = cfg.state_size();
     auto x = cast_vector<float>(c.in.x), params = cast_vector<float>(c.in.params);
     auto h0 = cast_vector<float>(c.in.h0), c0 = cast_vector<float>(c.in.c0);
     auto dy = cast_vector<float>(c.out_grads.dy);
     auto dhn = cast_vector<float>(c.out_grads.dhn), dcn = cast_vector<float>(c.out_grads.dcn);
-    const size_t state = cells * batch * hidden;
-    std::vector<float> y(seq_len * batch * cfg.output_size()), hn(state), cn(state), dx(x.size()),
-        dh0(state), dc0(state), dparams(params.size(), 0.0f);
+    const size_t h_state = cells * batch * width, c_state = cells * batch * hidden;
+    std::vector<float> y(seq_len * batch * cfg.output_size()), hn(h_state), cn(c_state),
+        dx(x.size()), dh0(h_state), dc0(c_state), dparams(params.size(), 0.0f);
     detail::AlignedBuffer workspace, reserve;
     const size_t ws_bytes = v.workspace_bytes(cfg, DType::f32, seq_len, batch);
     const size_t rs_bytes = v.reserve_bytes(cfg, DType::f32, seq_len, batch);
-    auto view = [&](std::vector<float>& data, bool omitted) {
+    auto view = [&](std::vector<float>& data, bool omitted, int64_t features) {
         return omitted || data.empty() ? TensorView<float>()
-                                       : TensorView<float>(data.data(), {cells, batch, hidden});
+                                       : TensorView<float>(data.data(), {cells, batch, features});
     };
 
     ForwardArgs<float> f;
     f.x = TensorView<const float>(x.data(), {seq_len, batch, cfg.input_size});
-    f.h0 = view(h0, omit.state_in);
-    f.c0 = view(c0, omit.state_in);
+    f.h0 = view(h0, omit.state_in, width);
+    f.c0 = view(c0, omit.state_in, hidden);
     f.params = TensorView<const float>(params.data(), {int64_t(params.size())});
     f.y = TensorView<float>(y.data(), {seq_len, batch, cfg.output_size()});
-    f.hn = view(hn, omit.outputs);
-    f.cn = view(cn, omit.outputs);
+    f.hn = view(hn, omit.outputs, width);
+    f.cn = view(cn, omit.outputs, hidden);
     f.workspace = workspace.reserve(ws_bytes);
     f.workspace_size = ws_bytes;
     if (!inference) {
@@ -81,11 +107,11 @@ VariantResult run_float(const Variant& v, const LstmCase& c, Omit omit, bool inf
     b.params = f.params;
     b.y = f.y;
     b.dy = TensorView<const float>(dy.data(), {seq_len, batch, cfg.output_size()});
-    b.dhn = view(dhn, omit.state_grads);
-    b.dcn = view(dcn, omit.state_grads);
+    b.dhn = view(dhn, omit.state_grads, width);
+    b.dcn = view(dcn, omit.state_grads, hidden);
     if (!omit.outputs) b.dx = TensorView<float>(dx.data(), {seq_len, batch, cfg.input_size});
-    b.dh0 = view(dh0, omit.outputs);
-    b.dc0 = view(dc0, omit.outputs);
+    b.dh0 = view(dh0, omit.outputs, width);
+    b.dc0 = view(dc0, omit.outputs, hidden);
     b.dparams = TensorView<float>(dparams.data(), {int64_t(dparams.size())});
     b.workspace = f.workspace;
     b.workspace_size = ws_bytes;
@@ -204,6 +230,55 @@ TEST_CASE("onednn plans survive cache eviction and keep their sizes", "[onednn]"
     CHECK(v.reserve_bytes(config, DType::f32, 3, 2) == rs);
     const LstmCase c = make_case(config, 3, 2, {}, true, 1234);
     check_with_reference(c, run_variant<float>(v, c));
+}
+
+TEST_CASE("onednn runs projections across its layer groups, or refuses them as Unsupported",
+          "[onednn]") {
+    // Run again under DNNL_MAX_CPU_ISA=AVX2 and SSE41 (tests/CMakeLists.txt), where oneDNN picks
+    // other kernels and weight formats for the projection too.
+    INFO("oneDNN path: " << variant_path(onednn()));
+    if (const auto why = projection_refusal())
+        LSTM_SKIP("onednn refuses projections here: " << *why);
+    // h and the layer outputs are P wide, c stays H: one primitive stacks every layer when I == P,
+    // else layer 0 runs alone; bidirectional layers run one primitive each, reading D*P features.
+    const Config configs[] = {projected({3, 6, 3, false}, 3), projected({5, 6, 3, false}, 2),
+                              projected({3, 5, 3, true}, 2),
+                              no_bias(projected({4, 7, 2, true}, 4))};
+    uint64_t seed = 1100;
+    for (const Config& config : configs) {
+        INFO("I " << config.input_size << ", H " << config.hidden_size << ", P " << config.proj_size
+                  << ", L " << config.num_layers << (config.bidirectional ? ", bi" : ", uni")
+                  << (config.bias ? "" : ", no biases"));
+        const LstmCase c = make_case(config, 6, 4, {}, true, seed += 10);
+        check_with_reference(c, run_variant<float>(onednn(), c));
+        check_with_reference(c, run_float(onednn(), c, Omit{}, true));
+        // Omitted arguments: zeros stand in for h0 (P wide) and c0 (H wide), sinks take the rest.
+        LstmCase bare = make_case(config, 5, 3, {}, false, seed + 5);
+        bare.out_grads.dhn.clear();
+        bare.out_grads.dcn.clear();
+        check_with_reference(bare, run_float(onednn(), bare, Omit{true, true, true}));
+        check_with_reference(bare, run_float(onednn(), bare, Omit{true, true, true}, true));
+    }
+}
+
+TEST_CASE("onednn keeps a plan per proj_size and bias of one shape", "[onednn]") {
+    // Equal I, H, L, T and N, but other primitives, weight buffers and layer groups (P 4 == I
+    // stacks both layers in one primitive); a cache keyed on the shape alone would mix them up.
+    if (const auto why = projection_refusal())
+        LSTM_SKIP("onednn refuses projections here: " << *why);
+    const Variant& v = onednn();
+    const Config base{4, 6, 2, false};
+    const Config configs[] = {base, projected(base, 4), projected(base, 3),
+                              no_bias(projected(base, 4)), no_bias(base)};
+    for (int round = 0; round < 2; ++round) {  // the second round runs on the cached plans
+        uint64_t seed = 1300;
+        for (const Config& config : configs) {
+            INFO("round " << round << ", P " << config.proj_size
+                          << (config.bias ? "" : ", no biases"));
+            const LstmCase c = make_case(config, 5, 3, {}, true, seed += 10);
+            check_with_reference(c, run_variant<float>(v, c));
+        }
+    }
 }
 
 #endif  // LSTM_WITH_ONEDNN

@@ -28,8 +28,11 @@ struct Shape {
 };
 
 // The small shapes the CUDA variant tests (host emulation and GPU) run: one and more layers, uni-
-// and bidirectional, with and without h0/c0, equal and mixed lengths, tiny sizes.
+// and bidirectional, with and without h0/c0, equal and mixed lengths, tiny sizes, nn.LSTM's
+// bias=False and proj_size (a variant that refuses an option in supports() is skipped).
 inline std::vector<Shape> small_shapes() {
+    // Config's fields in order: input_size, hidden_size, num_layers, bidirectional, proj_size,
+    // bias.
     return {
         {"uni 1 layer, equal lengths", {3, 5, 1, false}, 7, 3, {}, true},
         {"uni 1 layer, no h0/c0", {3, 5, 1, false}, 7, 3, {}, false},
@@ -40,6 +43,10 @@ inline std::vector<Shape> small_shapes() {
         {"batch 1", {4, 6, 2, true}, 9, 1, {}, true},
         {"H 17, I 11", {11, 17, 1, true}, 5, 5, {5, 4, 5, 2, 1}, true},
         {"I 1, H 1", {1, 1, 2, true}, 4, 2, {4, 3}, true},
+        {"bi 2 layers, no biases, mixed lengths", {3, 5, 2, true, 0, false}, 5, 3, {5, 2, 4}, true},
+        {"bi 2 layers, proj 3, mixed lengths", {4, 6, 2, true, 3}, 5, 3, {5, 1, 3}, true},
+        {"uni 1 layer, proj 1, no biases, no state", {3, 5, 1, false, 1, false}, 4, 2, {}, false},
+        {"H 17, proj 7, 3 layers", {11, 17, 3, false, 7}, 6, 4, {6, 2, 5, 1}, true},
     };
 }
 

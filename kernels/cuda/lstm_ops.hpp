@@ -147,22 +147,43 @@ struct UpdateCell {
 
 // h = o tanh(c) from gates (rows, G) and c_run (rows, H, already c_t). h_run (rows, H) holds
 // h_{t-1}: it is first saved into h_prev_out (rows, H, compact; null in inference), then
-// overwritten with h_t; out (rows, ld_out) gets h_t too (the layer output). count = rows * H.
+// overwritten with h_t; out (rows, ld_out) gets h_t too (the layer output). count = rows * H;
+// overwrites. With a projection, o tanh(c) is only h_raw: out is then the (rows, H) h_raw buffer
+// and h_run and h_prev_out are null, since the carried state is the projected h (CarryHidden).
 template <typename T>
 struct UpdateHidden {
     const T* gates;
     int64_t hidden;
     const T* c_run;
-    T* h_run;
+    T* h_run;       // may be null (projection)
     T* h_prev_out;  // may be null
     T* out;
     int64_t ld_out;
     LSTM_HOST_DEVICE void operator()(int64_t i) const {
         const int64_t r = i / hidden, u = i - r * hidden;
         const T h = gates[r * 4 * hidden + 3 * hidden + u] * tanh_act(c_run[i]);
-        if (h_prev_out) h_prev_out[i] = h_run[i];
-        h_run[i] = h;
+        if (h_run) {
+            if (h_prev_out) h_prev_out[i] = h_run[i];
+            h_run[i] = h;
+        }
         out[r * ld_out + u] = h;
+    }
+};
+
+// With a projection, after the GEMM h (rows, ld_h) = h_raw W_hr^T has written this step's output:
+// h_run (rows, S) holds h_{t-1}, which is first saved into h_prev_out (rows, S, compact; null in
+// inference), then overwritten with h_t read back from h. count = rows * S; overwrites.
+template <typename T>
+struct CarryHidden {
+    const T* h;
+    int64_t ld_h;
+    int64_t width;  // S = proj_size
+    T* h_run;
+    T* h_prev_out;  // may be null
+    LSTM_HOST_DEVICE void operator()(int64_t i) const {
+        const int64_t r = i / width, u = i - r * width;
+        if (h_prev_out) h_prev_out[i] = h_run[i];
+        h_run[i] = h[r * ld_h + u];
     }
 };
 
@@ -177,6 +198,22 @@ struct AddOutputGrad {
     LSTM_HOST_DEVICE void operator()(int64_t i) const {
         const int64_t r = i / hidden, u = i - r * hidden;
         dh[i] += d_out[r * ld_dout + u];
+    }
+};
+
+// dst (rows, W) = dh_carry (rows, W) + d_out (rows, ld_dout): the total gradient reaching a
+// projected h_t (W = S), kept per frame (dst is compact) for the weight gradient of W_hr.
+// count = rows * W; overwrites.
+template <typename T>
+struct SumOutputGrad {
+    const T* dh_carry;
+    const T* d_out;
+    int64_t ld_dout;
+    int64_t width;
+    T* dst;
+    LSTM_HOST_DEVICE void operator()(int64_t i) const {
+        const int64_t r = i / width, u = i - r * width;
+        dst[i] = dh_carry[i] + d_out[r * ld_dout + u];
     }
 };
 
@@ -231,6 +268,8 @@ struct CellBackward {
 // activated gates (what backward reads); the biases are added here. c_run / h_run (rows, H) hold
 // c_{t-1} / h_{t-1} and are overwritten with c_t / h_t; c_out and h_prev_out (rows, H, compact;
 // null in inference) get c_t and h_{t-1}; out (rows, ld_out) gets h_t. count = rows * H.
+// With a projection, out is the (rows, H) h_raw buffer and h_run and h_prev_out are null (as in
+// UpdateHidden; CarryHidden carries the projected h).
 template <typename T>
 struct FusedForward {
     T* gates;
@@ -238,7 +277,7 @@ struct FusedForward {
     const T* b_hh;
     int64_t hidden;
     T* c_run;
-    T* h_run;
+    T* h_run;       // may be null (projection)
     T* c_out;       // may be null
     T* h_prev_out;  // may be null
     T* out;
@@ -257,8 +296,10 @@ struct FusedForward {
         const T h = hidden_state(a, c);
         c_run[i] = c;
         if (c_out) c_out[i] = c;
-        if (h_prev_out) h_prev_out[i] = h_run[i];
-        h_run[i] = h;
+        if (h_run) {
+            if (h_prev_out) h_prev_out[i] = h_run[i];
+            h_run[i] = h;
+        }
         out[r * ld_out + u] = h;
     }
     LSTM_HOST_DEVICE T bias(int64_t j) const { return b_ih != nullptr ? b_ih[j] + b_hh[j] : T(0); }
@@ -268,7 +309,8 @@ struct FusedForward {
 // with dgates (w.r.t. pre-activations); c (rows, H) is c_t; dh_carry (rows, H) the gradient
 // reaching h_t from the step after (read only: the recurrent GEMM overwrites it next); d_out
 // (rows, ld_dout) the one from the output; dc (rows, H) the gradient reaching c_t, overwritten with
-// the one reaching c_{t-1}. count = rows * H.
+// the one reaching c_{t-1}. count = rows * H. With a projection, dh_carry is the whole gradient
+// reaching h_raw = o tanh(c) (dh W_hr, already including the output's) and d_out is null.
 template <typename T>
 struct FusedBackward {
     T* gates;
@@ -277,7 +319,7 @@ struct FusedBackward {
     int64_t rows_prev;
     const T* c_init;  // sorted (N, H) initial c
     const T* dh_carry;
-    const T* d_out;
+    const T* d_out;  // may be null (projection)
     int64_t ld_dout;
     T* dc;
     int64_t hidden;
@@ -286,7 +328,7 @@ struct FusedBackward {
         T* g = gates + r * 4 * hidden;
         const Gates<T> a{g[u], g[hidden + u], g[2 * hidden + u], g[3 * hidden + u]};
         const T cp = previous_cell(c_prev_step, rows_prev, c_init, r, u, hidden);
-        const T dh = dh_carry[i] + d_out[r * ld_dout + u];
+        const T dh = d_out ? dh_carry[i] + d_out[r * ld_dout + u] : dh_carry[i];
         const CellGrads<T> d = cell_backward(a, cp, c[i], dh, dc[i]);
         g[u] = d.di;
         g[hidden + u] = d.df;

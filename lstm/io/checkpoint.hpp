@@ -1,6 +1,6 @@
 #pragma once
 
-// Exact checkpoints of a host (Device::cpu) SequenceModel in one safetensors file: the LSTM and
+// Exact checkpoints of a SequenceModel, on the host or a GPU, in one safetensors file: the LSTM and
 // dense parameters, Adam's moments and step count per buffer, and the LSTM's dropout random state.
 // Loading them into a model built with the same ModelConfig and variant resumes training bit for
 // bit (tests/checkpoint_test.cpp). Learning-rate schedules (lstm/nn/schedule.hpp) are functions of
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "lstm/buffer.hpp"
 #include "lstm/error.hpp"
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
@@ -31,11 +32,31 @@ inline constexpr const char* kCheckpointFormat = "lstm-checkpoint-1";
 
 namespace detail {
 
+// The dense head's flat parameters (nn::Dense's layout: weight (out, in) row-major, then the
+// bias) as a view in the model's memory space.
 template <typename T>
-void require_host_model(const char* fn, const nn::SequenceModel<T>& model) {
-    if (model.device() != Device::cpu)
-        fail_as<Unsupported>(fn, ": checkpoints of cuda models are not implemented yet; ",
-                             "the model is on ", to_string(model.device()));
+TensorView<T> dense_parameters(nn::SequenceModel<T>& model) {
+#if LSTM_WITH_CUDA
+    if (model.device() == Device::cuda) return model.dense_cuda().parameters();
+#endif
+    const Span<T> p = model.dense().parameters();
+    return TensorView<T>(p.data, {p.size});
+}
+
+// A copy on the host of `v` (any memory space), after the model's queued work.
+template <typename T>
+std::vector<T> to_host(nn::SequenceModel<T>& model, TensorView<const T> v) {
+    std::vector<T> out(static_cast<size_t>(v.numel()));
+    Buffer::copy(out.data(), Device::cpu, v.data(), v.device(), sizeof(T) * out.size(),
+                 model.lstm().context());
+    return out;
+}
+
+// dst (any memory space, src.size() elements) <- src (host); overwrites.
+template <typename T>
+void from_host(nn::SequenceModel<T>& model, const std::vector<T>& src, TensorView<T> dst) {
+    Buffer::copy(dst.data(), dst.device(), src.data(), Device::cpu, sizeof(T) * src.size(),
+                 model.lstm().context());
 }
 
 inline std::string describe(const Config& c) {
@@ -67,21 +88,24 @@ void copy_tensor(const TensorFile& file, const std::string& name, const std::vec
 }  // namespace detail
 
 // Appends the model's checkpoint tensors to `file` and sets its "format" metadata.
+// On a GPU everything is copied to the host first (waiting for the queued work).
 template <typename T>
 void add_checkpoint(TensorFile& file, nn::SequenceModel<T>& model) {
-    detail::require_host_model("add_checkpoint", model);
     const Config& config = model.lstm().config();
-    export_lstm(file, config, Span<const T>(model.lstm().parameters()), "lstm.");
-    const nn::Dense<T>& dense = model.dense();
-    file.add(Tensor::from("fc.weight", {dense.out_features(), dense.in_features()},
-                          dense.weight().data()));
-    if (dense.has_bias())
-        file.add(Tensor::from("fc.bias", {dense.out_features()}, dense.bias().data()));
+    std::vector<T> lstm_params(static_cast<size_t>(param_count(config)));
+    model.lstm().store_parameters(Span<T>(lstm_params));
+    export_lstm(file, config, Span<const T>(lstm_params), "lstm.");
+    const int64_t out = model.config().classes, in = config.output_size();
+    const std::vector<T> head = detail::to_host<T>(model, detail::dense_parameters(model));
+    file.add(Tensor::from("fc.weight", {out, in}, head.data()));
+    if (model.config().dense_bias) file.add(Tensor::from("fc.bias", {out}, head.data() + out * in));
     nn::Adam<T>& adam = model.optimizer();
     for (int64_t k = 0; k < adam.buffer_count(); ++k) {
-        const TensorView<T> m = adam.exp_avg(k), v = adam.exp_avg_sq(k);
-        file.add(Tensor::from(detail::optimizer_name(k, "exp_avg"), {m.numel()}, m.data()));
-        file.add(Tensor::from(detail::optimizer_name(k, "exp_avg_sq"), {v.numel()}, v.data()));
+        const std::vector<T> m = detail::to_host<T>(model, adam.exp_avg(k));
+        const std::vector<T> v = detail::to_host<T>(model, adam.exp_avg_sq(k));
+        file.add(Tensor::from(detail::optimizer_name(k, "exp_avg"), {int64_t(m.size())}, m.data()));
+        file.add(
+            Tensor::from(detail::optimizer_name(k, "exp_avg_sq"), {int64_t(v.size())}, v.data()));
         const int64_t steps = adam.steps(k);
         file.add(Tensor::from(detail::optimizer_name(k, "step"), {1}, &steps));
     }
@@ -105,7 +129,6 @@ void save_checkpoint(const std::string& path, nn::SequenceModel<T>& model) {
 // the file are left for the caller. Nothing is changed when anything is missing or mismatched.
 template <typename T>
 void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
-    detail::require_host_model("load_checkpoint", model);
     const auto format = file.metadata.find("format");
     check(format != file.metadata.end() && format->second == kCheckpointFormat, file.source,
           ": not a checkpoint of this library (metadata \"format\" should be '", kCheckpointFormat,
@@ -118,19 +141,18 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
               saved.bias == config.bias,
           file.source, ": the checkpoint's LSTM is ", detail::describe(saved), ", the model's ",
           detail::describe(config));
-    nn::Dense<T>& dense = model.dense();
     nn::Adam<T>& adam = model.optimizer();
-    check(file.contains("fc.bias") == dense.has_bias(), file.source, ": the checkpoint ",
-          dense.has_bias() ? "lacks" : "has", " fc.bias, the model's dense layer ",
-          dense.has_bias() ? "has a bias" : "has none");
+    const bool bias = model.config().dense_bias;
+    const int64_t out = model.config().classes, in = config.output_size();
+    check(file.contains("fc.bias") == bias, file.source, ": the checkpoint ",
+          bias ? "lacks" : "has", " fc.bias, the model's dense layer ",
+          bias ? "has a bias" : "has none");
     // Everything is read into scratch first, so a bad tensor leaves the model as it was.
     std::vector<T> lstm_params = import_lstm_params<T>(file, config, "lstm.");
-    std::vector<T> dense_params(static_cast<size_t>(dense.parameter_count()));
-    detail::copy_tensor(file, "fc.weight", {dense.out_features(), dense.in_features()},
-                        dense_params.data());
-    if (dense.has_bias())
-        detail::copy_tensor(file, "fc.bias", {dense.out_features()},
-                            dense_params.data() + dense.out_features() * dense.in_features());
+    const TensorView<T> dense_view = detail::dense_parameters(model);
+    std::vector<T> dense_params(static_cast<size_t>(dense_view.numel()));
+    detail::copy_tensor(file, "fc.weight", {out, in}, dense_params.data());
+    if (bias) detail::copy_tensor(file, "fc.bias", {out}, dense_params.data() + out * in);
     std::vector<std::vector<T>> moments;
     std::vector<int64_t> steps(static_cast<size_t>(adam.buffer_count()));
     for (int64_t k = 0; k < adam.buffer_count(); ++k) {
@@ -150,11 +172,11 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
           detail::kDropoutState, "', which a model with dropout (", config.dropout,
           ") needs to resume exactly");
     if (has_rng) detail::copy_tensor(file, detail::kDropoutState, {2}, rng);
-    std::copy(lstm_params.begin(), lstm_params.end(), model.lstm().parameters().begin());
-    std::copy(dense_params.begin(), dense_params.end(), dense.parameters().data);
+    model.lstm().load_parameters(Span<const T>(lstm_params));
+    detail::from_host(model, dense_params, dense_view);
     for (int64_t k = 0; k < adam.buffer_count(); ++k) {
-        std::copy(moments[2 * k].begin(), moments[2 * k].end(), adam.exp_avg(k).data());
-        std::copy(moments[2 * k + 1].begin(), moments[2 * k + 1].end(), adam.exp_avg_sq(k).data());
+        detail::from_host(model, moments[2 * k], adam.exp_avg(k));
+        detail::from_host(model, moments[2 * k + 1], adam.exp_avg_sq(k));
         adam.set_steps(k, steps[k]);
     }
     if (has_rng)

@@ -43,7 +43,7 @@ enum class Head {
                      // (Bahrampour's IMDB sentiment model)
     ce_final_state,  // dense + softmax cross-entropy on the top layer's final hidden states,
                      // cat(hn[-2], hn[-1]) when bidirectional (each direction's state after its
-                     // whole sequence: PyTorch's usual classifier head); host models only
+                     // whole sequence: PyTorch's usual classifier head)
 };
 
 // Options of the ctc head (torch.nn.CTCLoss's, plus what to do when a target cannot be aligned).
@@ -83,10 +83,8 @@ public:
           dfeatures_(device),
           logits_(device),
           dlogits_(device),
-          dy_(device) {
-        if (config.head == Head::ce_final_state && device != Device::cpu)
-            fail_as<Unsupported>("SequenceModel: Head::ce_final_state runs on the host only, got ",
-                                 to_string(device));
+          dy_(device),
+          dhn_(device) {
         // The model's x comes from nn::pad_sequences, time-major, and its heads read y that way.
         check(!config.lstm.batch_first,
               "ModelConfig.lstm.batch_first must be false: SequenceModel takes time-major (T, N, "
@@ -309,31 +307,30 @@ private:
                config_.head == Head::ce_final_state;
     }
 
-    // ce_final_state: the top layer's final states hn (L*D, N, S) -> features (N, D*S), direction
-    // d in columns [d S, (d + 1) S), S = state_size(). Host.
+    // ce_final_state: the top layer's final states hn (L*D, N, S) -> features (N, D*S)
+    // overwritten, direction d in columns [d S, (d + 1) S), S = state_size(); on the model's
+    // device. The top layer's (D, N, S) block transposed to (N, D, S) is exactly that.
     void gather_final_state(TensorView<T> features) {
         const TensorView<const T> hn = lstm_.hn();
-        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.state_size();
+        const int64_t dirs = config_.lstm.num_directions(), width = config_.lstm.state_size();
         const int64_t batch = hn.size(1), top = (config_.lstm.num_layers - 1) * dirs;
-        for (int64_t n = 0; n < batch; ++n)
-            for (int64_t d = 0; d < dirs; ++d)
-                std::copy(hn.data() + ((top + d) * batch + n) * hidden,
-                          hn.data() + ((top + d) * batch + n + 1) * hidden,
-                          features.data() + (n * dirs + d) * hidden);
+        lstm::detail::swap_leading_dims(device(), lstm_.context(), dirs, batch, width,
+                                        hn.data() + top * batch * width, features.data());
     }
 
-    // Its adjoint: dfeatures (N, D*S) -> dhn (L*D, N, S) in dhn_, zero below the top layer. Host.
+    // Its adjoint: dfeatures (N, D*S) -> dhn (L*D, N, S) in dhn_ (overwritten), zero below the
+    // top layer; on the model's device.
     TensorView<const T> final_state_gradient(TensorView<const T> dfeatures) {
-        const int64_t dirs = config_.lstm.num_directions(), hidden = config_.lstm.state_size();
+        const int64_t dirs = config_.lstm.num_directions(), width = config_.lstm.state_size();
         const int64_t batch = dfeatures.size(0), cells = config_.lstm.num_cells();
         const int64_t top = (config_.lstm.num_layers - 1) * dirs;
-        dhn_.assign(static_cast<size_t>(cells * batch * hidden), T(0));
-        for (int64_t n = 0; n < batch; ++n)
-            for (int64_t d = 0; d < dirs; ++d)
-                std::copy(dfeatures.data() + (n * dirs + d) * hidden,
-                          dfeatures.data() + (n * dirs + d + 1) * hidden,
-                          dhn_.data() + ((top + d) * batch + n) * hidden);
-        return TensorView<const T>(dhn_.data(), {cells, batch, hidden});
+        const size_t bytes = sizeof(T) * static_cast<size_t>(cells * batch * width);
+        dhn_.reserve(bytes);
+        dhn_.zero(bytes, lstm_.context());
+        T* dhn = dhn_.template as<T>();
+        lstm::detail::swap_leading_dims(device(), lstm_.context(), batch, dirs, width,
+                                        dfeatures.data(), dhn + top * batch * width);
+        return TensorView<const T>(dhn, {cells, batch, width}, device());
     }
 
     // y (T, N, F) -> features (N, F) overwritten, on the model's device: the last valid step or
@@ -363,7 +360,7 @@ private:
     // ce_final_state: dy is all zeros (the loss reads hn only; its gradient goes in as dhn).
     void unpool(TensorView<const T> dfeatures, Span<const int64_t> lengths, TensorView<T> dy) {
         if (config_.head == Head::ce_final_state) {
-            std::fill(dy.data(), dy.data() + dy.numel(), T(0));
+            dy_.zero(sizeof(T) * static_cast<size_t>(dy.numel()), lstm_.context());
             return;
         }
         const bool mean = config_.head == Head::ce_mean_pool;
@@ -453,7 +450,7 @@ private:
     std::vector<int64_t> full_lengths_, uploaded_lengths_;
     lstm::detail::AlignedBuffer ctc_workspace_;
     std::vector<T> sample_losses_;  // cpu ctc head: each sample's loss, for infeasible_is_error
-    std::vector<T> dhn_;            // ce_final_state: the gradient of hn
+    Buffer dhn_;                    // ce_final_state: the gradient of hn, on the model's device
 };
 
 }  // namespace lstm::nn

@@ -149,8 +149,8 @@ public:
                 T* h_raw_all = training && config_.proj_size > 0
                                    ? rs.h_raw + cell * seq_len_ * batch_ * hidden
                                    : nullptr;
-                forward_cell(args.params.data(), l, d, ws, layer_in, layer_out, gates_all,
-                             cell_all, h_raw_all);
+                forward_cell(args.params.data(), l, d, ws, layer_in, layer_out, gates_all, cell_all,
+                             h_raw_all);
                 if (!args.hn.empty())
                     kernels::cpu::scatter_rows(ws.h, batch_, hs, ws.batch.order,
                                                args.hn.data() + cell * batch_ * hs);

@@ -25,6 +25,16 @@
 // Split backward (both styles): `data` leaves every frame's dgates in the reserve (over the
 // activated gates), `weights` computes the parameter gradients from them, from h_{t-1} (saved per
 // frame by forward) and from the layer inputs, in the order `all` uses: same results either way.
+//
+// Projections (proj_size P > 0, LSTMP): h_t = h_raw W_hr^T with h_raw = o * tanh(c_t), so h, the
+// output and h0/hn are Hs = config.state_size() = P wide (Hs = H without a projection; S
+// stays the number of valid frames) while c stays H wide. Per step the element-wise pass writes
+// h_raw, one more GEMM projects it into the layer output and a small op carries it into the
+// running h (saving h_{t-1} first). Backward first forms the total gradient reaching h_t (carry
+// plus output), a GEMM takes it back to h_raw (dh W_hr), and the cell's backward reads that.
+// A training forward keeps every frame's h_raw and backward every frame's total dh in the
+// reserve, because the weights part needs both for dW_hr += dh^T h_raw after the data part has
+// overwritten the gates. Without a projection none of this runs and nothing extra is carved.
 
 #include <algorithm>
 #include <cstdint>
@@ -103,22 +113,30 @@ template <typename T>
 struct Workspace {
     int64_t* index;  // frame_index_count(T, N): the device copy of the FrameIndex
     T* x_c;          // (T*N, I) layer-0 input, compact
-    T* ping;         // (T*N, W) W = max(I, D*H): inference layer output / backward d(output)
+    T* ping;         // (T*N, W) W = max(I, D*Hs): inference layer output / backward d(output)
     T* pong;         // (T*N, W) the other half of the ping-pong pair
     T* gates[2];     // (T*N, G) per direction: inference gates (training keeps them in the reserve)
-    T* h[2];         // (N, H) per direction: running h (forward) / gradient into h (backward)
+    T* h[2];         // (N, Hs) per direction: running h (forward) / gradient into h (backward)
     T* c[2];         // (N, H) per direction: running c (forward) / gradient into c (backward)
     T* c_init[2];    // (N, H) per direction, backward: this cell's c0, sorted
     T* ones;         // (T*N) all ones: bias gradients as a GEMM with a ones vector
+    // (N, H) per direction, with a projection only (else null): one step's h_raw in an inference
+    // forward / the gradient reaching h_raw in backward. Carved last, so that a config without a
+    // projection keeps the layout it had before projections existed.
+    T* h_raw[2];
 };
 
 // What a training forward leaves for backward; every per-frame array compact with T * N rows.
 template <typename T>
 struct Reserve {
-    T* out;     // (L, T*N, D*H) every layer's output
+    T* out;     // (L, T*N, D*Hs) every layer's output
     T* gates;   // (L*D, T*N, G) activated gates; backward's data part overwrites them with dgates
     T* cell;    // (L*D, T*N, H) c_t
-    T* h_prev;  // (L*D, T*N, H) h_{t-1}, the partner of dgates in the recurrent weight gradient
+    T* h_prev;  // (L*D, T*N, Hs) h_{t-1}, the partner of dgates in the recurrent weight gradient
+    // With a projection only (else null), the partners of dW_hr: h_raw = o * tanh(c_t) written by
+    // forward, and the total gradient reaching h_t written by backward's data part.
+    T* h_raw;  // (L*D, T*N, H)
+    T* dh;     // (L*D, T*N, P)
 };
 
 template <typename T>
@@ -134,11 +152,15 @@ Workspace<T> carve_workspace(lstm::detail::Carver& carve, const Config& config, 
     for (int d = 0; d < 2; ++d) {
         const bool used = d < config.num_directions();
         w.gates[d] = used ? carve.take<T>(frames * 4 * hidden) : nullptr;
-        w.h[d] = used ? carve.take<T>(batch * hidden) : nullptr;
+        w.h[d] = used ? carve.take<T>(batch * config.state_size()) : nullptr;
         w.c[d] = used ? carve.take<T>(batch * hidden) : nullptr;
         w.c_init[d] = used ? carve.take<T>(batch * hidden) : nullptr;
     }
     w.ones = carve.take<T>(frames);
+    for (int d = 0; d < 2; ++d) {
+        const bool used = d < config.num_directions() && config.proj_size > 0;
+        w.h_raw[d] = used ? carve.take<T>(batch * hidden) : nullptr;
+    }
     return w;
 }
 
@@ -150,7 +172,11 @@ Reserve<T> carve_reserve(lstm::detail::Carver& carve, const Config& config, int6
     r.out = carve.take<T>(config.num_layers * frames * config.output_size());
     r.gates = carve.take<T>(config.num_cells() * frames * 4 * hidden);
     r.cell = carve.take<T>(config.num_cells() * frames * hidden);
-    r.h_prev = carve.take<T>(config.num_cells() * frames * hidden);
+    r.h_prev = carve.take<T>(config.num_cells() * frames * config.state_size());
+    if (config.proj_size > 0) {
+        r.h_raw = carve.take<T>(config.num_cells() * frames * hidden);
+        r.dh = carve.take<T>(config.num_cells() * frames * config.proj_size);
+    }
     return r;
 }
 
@@ -171,7 +197,9 @@ inline size_t reserve_size(const Config& config, DType dtype, int64_t seq_len, i
 // ------------------------------------------------------------------------------------------------
 
 // Key of the per-shape plan of one entry point (`entry`: "forward_training", "backward_data",
-// ...; modes a caller alternates get plans of their own): everything that fixes buffer sizes.
+// ...; modes a caller alternates get plans of their own): everything that fixes buffer sizes,
+// and the bias flag, which fixes no size but the work a captured graph does (the signature below
+// holds only lengths and pointers).
 // Lengths and pointers are not in it (they would grow the cache with every new batch); they go
 // into the call's signature, and a plan whose signature differs re-captures its graph in place.
 inline void write_plan_key(std::string& out, LoopStyle style, const char* entry,
@@ -183,13 +211,11 @@ inline void write_plan_key(std::string& out, LoopStyle style, const char* entry,
     out += to_string(style);
     out += "/";
     out += entry;
-    const std::pair<const char*, int64_t> fields[] = {{"/I", config.input_size},
-                                                      {"/H", config.hidden_size},
-                                                      {"/L", config.num_layers},
-                                                      {"/D", config.num_directions()},
-                                                      {"/P", config.proj_size},
-                                                      {"/T", seq_len},
-                                                      {"/N", batch}};
+    const std::pair<const char*, int64_t> fields[] = {
+        {"/I", config.input_size}, {"/H", config.hidden_size},
+        {"/L", config.num_layers}, {"/D", config.num_directions()},
+        {"/P", config.proj_size},  {"/B", config.bias ? 1 : 0},
+        {"/T", seq_len},           {"/N", batch}};
     for (const auto& [tag, value] : fields) {
         out += tag;
         out += std::to_string(value);
@@ -377,48 +403,50 @@ private:
         for (int lane = 1; lane < lanes(); ++lane) b_.wait(0, lane);
     }
 
-    // dst (N, H) sorted, on `lane` <- the rows of one cell's state in v (L*D, N, H) original
-    // order, `state` its first element; zeros when v is empty. Overwrites.
-    void gather_state(int lane, const TensorView<const T>& v, int64_t state, const FrameIndex& dev,
-                      T* dst) const {
-        const int64_t hidden = config_.hidden_size;
+    // dst (N, width) sorted, on `lane` <- the rows of one cell's state in v (L*D, N, width)
+    // original order (width Hs for h, H for c), `state` its first element; zeros when v is empty.
+    // Overwrites.
+    void gather_state(int lane, const TensorView<const T>& v, int64_t state, int64_t width,
+                      const FrameIndex& dev, T* dst) const {
         b_.run(lane,
                kernels::cuda::GatherRows<T>{v.empty() ? nullptr : v.data() + state, dev.order,
-                                            hidden, dst},
-               batch_ * hidden);
+                                            width, dst},
+               batch_ * width);
     }
 
-    // The cell's rows of v (L*D, N, H) original order, from `state` on <- src (N, H) sorted, on
-    // `lane`; nothing when v is empty (an output not asked for). Overwrites.
-    void scatter_state(int lane, const T* src, int64_t state, const FrameIndex& dev,
+    // The cell's rows of v (L*D, N, width) original order, from `state` on <- src (N, width)
+    // sorted, on `lane`; nothing when v is empty (an output not asked for). Overwrites.
+    void scatter_state(int lane, const T* src, int64_t state, int64_t width, const FrameIndex& dev,
                        const TensorView<T>& v) const {
         if (v.empty()) return;
-        const int64_t hidden = config_.hidden_size;
-        b_.run(lane, kernels::cuda::ScatterRows<T>{src, dev.order, hidden, v.data() + state},
-               batch_ * hidden);
+        b_.run(lane, kernels::cuda::ScatterRows<T>{src, dev.order, width, v.data() + state},
+               batch_ * width);
     }
 
     // One direction of one layer: layer_in (S, in) compact -> this direction's columns of
-    // layer_out (S, D*H) compact, hn / cn of the cell, and (training) the cell's reserve.
+    // layer_out (S, D*Hs) compact (overwritten), hn (Hs wide) / cn (H wide) of the cell, and
+    // (training) the cell's reserve.
     void forward_cell(const ForwardArgs<T>& args, int64_t layer, int64_t direction,
                       const Workspace<T>& ws, const Reserve<T>& rs, const FrameIndex& dev,
                       const T* layer_in, T* layer_out) const {
         namespace k = kernels::cuda;
         const int lane = lane_of(direction);
         const int64_t hidden = config_.hidden_size, g_cols = gate_cols();
+        const int64_t hs = config_.state_size(), proj = config_.proj_size;
         const int64_t in_width = config_.layer_input_size(layer), out_width = config_.output_size();
         const int64_t cell = layer * config_.num_directions() + direction;
-        const int64_t state = cell * batch_ * hidden;
+        const int64_t h_state = cell * batch_ * hs, c_state = cell * batch_ * hidden;
         const CellOffsets p = cell_offsets(config_, layer, direction);
         const T* params = args.params.data();
         const bool training = args.reserve != nullptr;
         T* h = ws.h[direction];
         T* c = ws.c[direction];
-        gather_state(lane, args.h0, state, dev, h);
-        gather_state(lane, args.c0, state, dev, c);
+        gather_state(lane, args.h0, h_state, hs, dev, h);
+        gather_state(lane, args.c0, c_state, hidden, dev, c);
         T* gates_all = training ? rs.gates + cell * frames_ * g_cols : ws.gates[direction];
         T* cell_all = training ? rs.cell + cell * frames_ * hidden : nullptr;
-        T* h_prev_all = training ? rs.h_prev + cell * frames_ * hidden : nullptr;
+        T* h_prev_all = training ? rs.h_prev + cell * frames_ * hs : nullptr;
+        T* h_raw_all = training && proj > 0 ? rs.h_raw + cell * frames_ * hidden : nullptr;
         if (style_ == LoopStyle::fused)
             b_.gemm(lane, false, true, host_.offset[seq_len_], g_cols, in_width, T(1), layer_in,
                     in_width, params + p.weight_ih, in_width, T(0), gates_all, g_cols);
@@ -429,13 +457,22 @@ private:
             const int64_t k0 = host_.offset[t];
             T* gates = gates_all + k0 * g_cols;
             T* c_out = cell_all ? cell_all + k0 * hidden : nullptr;
-            T* h_prev_out = h_prev_all ? h_prev_all + k0 * hidden : nullptr;
-            T* out = layer_out + k0 * out_width + direction * hidden;
+            T* h_prev_out = h_prev_all ? h_prev_all + k0 * hs : nullptr;
+            T* out = layer_out + k0 * out_width + direction * hs;
+            // Where o * tanh(c) goes: straight into the output and the running h, or, with a
+            // projection, into h_raw, which the projection GEMM and CarryHidden then turn into
+            // those.
+            T* h_raw =
+                proj > 0 ? (h_raw_all ? h_raw_all + k0 * hidden : ws.h_raw[direction]) : nullptr;
+            T* cell_h_dst = proj > 0 ? h_raw : out;
+            const int64_t cell_h_ld = proj > 0 ? hidden : out_width;
+            T* cell_h_run = proj > 0 ? nullptr : h;
+            T* cell_h_prev = proj > 0 ? nullptr : h_prev_out;
             if (style_ == LoopStyle::basic)
                 b_.gemm(lane, false, true, rows, g_cols, in_width, T(1), layer_in + k0 * in_width,
                         in_width, params + p.weight_ih, in_width, T(0), gates, g_cols);
-            b_.gemm(lane, false, true, rows, g_cols, hidden, T(1), h, hidden, params + p.weight_hh,
-                    hidden, T(1), gates, g_cols);
+            b_.gemm(lane, false, true, rows, g_cols, hs, T(1), h, hs, params + p.weight_hh, hs,
+                    T(1), gates, g_cols);
             if (style_ == LoopStyle::basic) {
                 if (p.has_bias())
                     b_.run(lane,
@@ -443,33 +480,43 @@ private:
                            rows * g_cols);
                 b_.run(lane, k::Activate<T>{gates, hidden}, rows * g_cols);
                 b_.run(lane, k::UpdateCell<T>{gates, hidden, c, c_out}, rows * hidden);
-                b_.run(lane, k::UpdateHidden<T>{gates, hidden, c, h, h_prev_out, out, out_width},
+                b_.run(lane,
+                       k::UpdateHidden<T>{gates, hidden, c, cell_h_run, cell_h_prev, cell_h_dst,
+                                          cell_h_ld},
                        rows * hidden);
             } else {
                 b_.run(lane,
                        k::FusedForward<T>{gates, p.has_bias() ? params + p.bias_ih : nullptr,
                                           p.has_bias() ? params + p.bias_hh : nullptr, hidden, c,
-                                          h, c_out, h_prev_out, out, out_width},
+                                          cell_h_run, c_out, cell_h_prev, cell_h_dst, cell_h_ld},
                        rows * hidden);
             }
+            if (proj > 0) {
+                // h_t (rows, P) = h_raw (rows, H) W_hr^T, into the output; then the running h.
+                b_.gemm(lane, false, true, rows, proj, hidden, T(1), h_raw, hidden,
+                        params + p.weight_hr, hidden, T(0), out, out_width);
+                b_.run(lane, k::CarryHidden<T>{out, out_width, hs, h, h_prev_out}, rows * hs);
+            }
         }
-        scatter_state(lane, h, state, dev, args.hn);
-        scatter_state(lane, c, state, dev, args.cn);
+        scatter_state(lane, h, h_state, hs, dev, args.hn);
+        scatter_state(lane, c, c_state, hidden, dev, args.cn);
     }
 
-    // Backward of one direction of one layer: reads d_out (S, D*H) compact, leaves the cell's
-    // dgates in the reserve, writes dh0 / dc0 of the cell; `basic` also adds into d_in (S, in)
-    // per step (direction 0 overwrites, 1 adds) and, when `weights`, the weight gradients per
-    // step; `fused` adds the weight gradients as GEMMs over all steps after the loop.
+    // Backward of one direction of one layer: reads d_out (S, D*Hs) compact, leaves the cell's
+    // dgates (and, with a projection, each frame's total dh) in the reserve, writes dh0 / dc0 of
+    // the cell; `basic` also adds into d_in (S, in) per step (direction 0 overwrites, 1 adds)
+    // and, when `weights`, the weight gradients per step; `fused` adds the weight gradients as
+    // GEMMs over all steps after the loop.
     void backward_cell(const BackwardArgs<T>& args, int64_t layer, int64_t direction,
                        const Workspace<T>& ws, const Reserve<T>& rs, const FrameIndex& dev,
                        const T* layer_in, const T* d_out, T* d_in, bool weights) const {
         namespace k = kernels::cuda;
         const int lane = lane_of(direction);
         const int64_t hidden = config_.hidden_size, g_cols = gate_cols();
+        const int64_t hs = config_.state_size(), proj = config_.proj_size;
         const int64_t in_width = config_.layer_input_size(layer), out_width = config_.output_size();
         const int64_t cell = layer * config_.num_directions() + direction;
-        const int64_t state = cell * batch_ * hidden;
+        const int64_t h_state = cell * batch_ * hs, c_state = cell * batch_ * hidden;
         const CellOffsets p = cell_offsets(config_, layer, direction);
         const T* params = args.params.data();
         T* dgates_all = rs.gates + cell * frames_ * g_cols;
@@ -477,9 +524,9 @@ private:
         T* dh = ws.h[direction];
         T* dc = ws.c[direction];
         T* c_init = ws.c_init[direction];
-        gather_state(lane, args.dhn, state, dev, dh);
-        gather_state(lane, args.dcn, state, dev, dc);
-        gather_state(lane, args.c0, state, dev, c_init);
+        gather_state(lane, args.dhn, h_state, hs, dev, dh);
+        gather_state(lane, args.dcn, c_state, hidden, dev, dc);
+        gather_state(lane, args.c0, c_state, hidden, dev, c_init);
         for (int64_t s = seq_len_ - 1; s >= 0; --s) {
             const int64_t t = step_time(s, direction);
             const int64_t rows = host_.active[t];
@@ -491,21 +538,37 @@ private:
             const T* c_prev_step = cell_all + host_.offset[tp] * hidden;
             T* g = dgates_all + k0 * g_cols;
             const T* c = cell_all + k0 * hidden;
-            const T* d_out_step = d_out + k0 * out_width + direction * hidden;
+            const T* d_out_step = d_out + k0 * out_width + direction * hs;
+            // What the cell's backward reads as the gradient reaching o * tanh(c): the carry plus
+            // the output's gradient, or, with a projection, (carry + output) W_hr, formed here.
+            const T* cell_dh = dh;
+            const T* cell_d_out = d_out_step;
+            if (proj > 0) {
+                T* dh_total = rs.dh + (cell * frames_ + k0) * proj;
+                T* dh_raw = ws.h_raw[direction];
+                b_.run(lane, k::SumOutputGrad<T>{dh, d_out_step, out_width, hs, dh_total},
+                       rows * hs);
+                b_.gemm(lane, false, false, rows, hidden, proj, T(1), dh_total, proj,
+                        params + p.weight_hr, hidden, T(0), dh_raw, hidden);
+                cell_dh = dh_raw;
+                cell_d_out = nullptr;
+            }
             if (style_ == LoopStyle::basic) {
-                b_.run(lane, k::AddOutputGrad<T>{dh, d_out_step, out_width, hidden}, rows * hidden);
-                b_.run(lane, k::HiddenBackward<T>{g, c, dh, dc, hidden}, rows * hidden);
+                if (proj == 0)
+                    b_.run(lane, k::AddOutputGrad<T>{dh, d_out_step, out_width, hidden},
+                           rows * hidden);
+                b_.run(lane, k::HiddenBackward<T>{g, c, cell_dh, dc, hidden}, rows * hidden);
                 b_.run(lane, k::CellBackward<T>{g, c_prev_step, rows_prev, c_init, dc, hidden},
                        rows * hidden);
             } else {
                 b_.run(lane,
-                       k::FusedBackward<T>{g, c, c_prev_step, rows_prev, c_init, dh, d_out_step,
-                                           out_width, dc, hidden},
+                       k::FusedBackward<T>{g, c, c_prev_step, rows_prev, c_init, cell_dh,
+                                           cell_d_out, out_width, dc, hidden},
                        rows * hidden);
             }
             // Gradient into h_{t-1} of the active rows; the others keep their carry.
-            b_.gemm(lane, false, false, rows, hidden, g_cols, T(1), g, g_cols, params + p.weight_hh,
-                    hidden, T(0), dh, hidden);
+            b_.gemm(lane, false, false, rows, hs, g_cols, T(1), g, g_cols, params + p.weight_hh, hs,
+                    T(0), dh, hs);
             if (style_ == LoopStyle::basic) {
                 if (weights)
                     step_weight_grads(args, layer, direction, k0, rows, ws, rs, layer_in, lane);
@@ -515,8 +578,8 @@ private:
                             d_in + k0 * in_width, in_width);
             }
         }
-        scatter_state(lane, dh, state, dev, args.dh0);
-        scatter_state(lane, dc, state, dev, args.dc0);
+        scatter_state(lane, dh, h_state, hs, dev, args.dh0);
+        scatter_state(lane, dc, c_state, hidden, dev, args.dc0);
         if (style_ == LoopStyle::fused && weights)
             step_weight_grads(args, layer, direction, 0, host_.offset[seq_len_], ws, rs, layer_in,
                               lane);
@@ -539,23 +602,30 @@ private:
         }
     }
 
-    // Compact rows [k0, k0 + rows) of one cell: ADDS dgates^T h_{t-1} into dW_hh (4H, H),
-    // dgates^T x into dW_ih (4H, in) and the column sums of dgates into both biases (dparams,
-    // PyTorch layout). One step of `basic`, or all S frames at once for `fused`.
+    // Compact rows [k0, k0 + rows) of one cell: ADDS dgates^T h_{t-1} into dW_hh (4H, Hs),
+    // dgates^T x into dW_ih (4H, in), with a projection dh^T h_raw into dW_hr (P, H), and the
+    // column sums of dgates into both biases (dparams, PyTorch layout; dgates, h_{t-1}, dh and
+    // h_raw are the reserve's, x is layer_in (S, in) compact). One step of `basic`, or all S
+    // frames at once for `fused`.
     void step_weight_grads(const BackwardArgs<T>& args, int64_t layer, int64_t direction,
                            int64_t k0, int64_t rows, const Workspace<T>& ws, const Reserve<T>& rs,
                            const T* layer_in, int lane) const {
         const int64_t hidden = config_.hidden_size, g_cols = gate_cols();
+        const int64_t hs = config_.state_size(), proj = config_.proj_size;
         const int64_t in_width = config_.layer_input_size(layer);
         const int64_t cell = layer * config_.num_directions() + direction;
+        const int64_t frame = cell * frames_ + k0;
         const CellOffsets p = cell_offsets(config_, layer, direction);
         T* grads = args.dparams.data();
-        const T* g = rs.gates + (cell * frames_ + k0) * g_cols;
-        const T* h_prev = rs.h_prev + (cell * frames_ + k0) * hidden;
-        b_.gemm(lane, true, false, g_cols, hidden, rows, T(1), g, g_cols, h_prev, hidden, T(1),
-                grads + p.weight_hh, hidden);
+        const T* g = rs.gates + frame * g_cols;
+        const T* h_prev = rs.h_prev + frame * hs;
+        b_.gemm(lane, true, false, g_cols, hs, rows, T(1), g, g_cols, h_prev, hs, T(1),
+                grads + p.weight_hh, hs);
         b_.gemm(lane, true, false, g_cols, in_width, rows, T(1), g, g_cols,
                 layer_in + k0 * in_width, in_width, T(1), grads + p.weight_ih, in_width);
+        if (proj > 0)
+            b_.gemm(lane, true, false, proj, hidden, rows, T(1), rs.dh + frame * proj, proj,
+                    rs.h_raw + frame * hidden, hidden, T(1), grads + p.weight_hr, hidden);
         if (!p.has_bias()) return;
         b_.gemm(lane, true, false, g_cols, 1, rows, T(1), g, g_cols, ws.ones, 1, T(1),
                 grads + p.bias_ih, 1);

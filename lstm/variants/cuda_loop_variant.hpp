@@ -21,11 +21,9 @@ public:
     const char* name() const override { return to_string(Style); }
     Device device() const override { return Device::cuda; }
 
-    std::optional<std::string> supports(const Config& config, DType) const override {
-        if (config.proj_size > 0)
-            return std::string(
-                "projections (proj_size > 0) are not in the CUDA cell loops; on the host "
-                "'basic' runs them");
+    // Every nn.LSTM option a Variant sees: bias=False skips the bias work, proj_size > 0 adds the
+    // projection GEMM per step (see the top of cuda_common.hpp).
+    std::optional<std::string> supports(const Config&, DType) const override {
         return std::nullopt;
     }
     // The data part leaves every frame's dgates in the reserve; the weights part computes the

@@ -82,8 +82,10 @@ struct OrderingEvent {
 };
 
 // The LSTM as cuDNN sees it: no dropout (a dropout descriptor of probability 0 needs no RNG
-// states; lstm::Lstm applies dropout between its per-layer calls), projection size H (no
-// projection), both biases or none, padded I/O so that lengths may differ per sequence.
+// states; lstm::Lstm applies dropout between its per-layer calls), projection size
+// config.state_size() (H: no projection; P < H: cuDNN's recurrent projection, which cuDNN runs
+// with CUDNN_RNN_ALGO_STANDARD only, the algorithm used here), both biases or none, padded I/O
+// so that lengths may differ per sequence.
 void describe_rnn(cudnnHandle_t handle, const Config& config, DType dtype, RnnDesc& d) {
     LSTM_CUDNN_CHECK(cudnnSetDropoutDescriptor(d.dropout.desc, handle, 0.0f, nullptr, 0, 0));
     LSTM_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
@@ -92,7 +94,7 @@ void describe_rnn(cudnnHandle_t handle, const Config& config, DType dtype, RnnDe
         config.bidirectional ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
         cudnn_type(dtype), cudnn_type(dtype), cudnn_math(dtype),
         static_cast<int32_t>(config.input_size), static_cast<int32_t>(config.hidden_size),
-        static_cast<int32_t>(config.hidden_size), static_cast<int32_t>(config.num_layers),
+        static_cast<int32_t>(config.state_size()), static_cast<int32_t>(config.num_layers),
         d.dropout.desc, CUDNN_RNN_PADDED_IO_ENABLED));
 }
 
@@ -141,9 +143,14 @@ struct WeightsPlan final : Plan {
         for (const CudnnPiece& p : cudnn_pieces(config)) {
             void* m_addr = nullptr;
             void* b_addr = nullptr;
+            // The projection (linLayerID 8) has no bias: ask for its matrix alone, as PyTorch's
+            // binding does (add_projection_weights). Not run on a device here yet: should cuDNN
+            // describe it otherwise, check_cudnn_reported_shape below says so by name.
+            const bool projection = p.lin_layer_id == kCudnnLstmProjection;
             LSTM_CUDNN_CHECK(cudnnGetRNNWeightParams(
                 handle, rnn.rnn.desc, static_cast<int32_t>(p.pseudo_layer), weight_space, probe.ptr,
-                p.lin_layer_id, m_desc.desc, &m_addr, b_desc.desc, &b_addr));
+                p.lin_layer_id, m_desc.desc, &m_addr, projection ? nullptr : b_desc.desc,
+                projection ? nullptr : &b_addr));
             const bool matrix = p.kind == CudnnPieceKind::matrix;
             const void* addr = matrix ? m_addr : b_addr;
             check(addr != nullptr, "cuDNN reports no address for ", cudnn_piece_name(config, p),
@@ -212,8 +219,9 @@ struct ShapePlan final : Plan {
     DType dtype;
     int64_t seq_len, batch, input_size, output_size;
     RnnDataDescriptor x_desc, y_desc;
-    TensorDescriptor state_desc;  // (L*D, N, H): h and c alike, since the projection size is H
-    float fill_f32 = 0.0f;        // the padding fill, kept alive with the descriptors
+    TensorDescriptor h_desc;  // (L*D, N, S): hx / hy and their gradients, S = projSize
+    TensorDescriptor c_desc;  // (L*D, N, H): cx / cy and their gradients
+    float fill_f32 = 0.0f;    // the padding fill, kept alive with the descriptors
     double fill_f64 = 0.0;
     DeviceBytes device_lengths;  // int32 (N): cuDNN's devSeqLengths
     PinnedBytes pinned;          // int32 (N): the source of the uploads
@@ -236,11 +244,17 @@ struct ShapePlan final : Plan {
           pinned(static_cast<size_t>(n) * sizeof(int32_t)),
           lengths(static_cast<size_t>(n)),
           incoming(static_cast<size_t>(n)) {
-        const int dims[3] = {static_cast<int>(config.num_cells()), static_cast<int>(n),
-                             static_cast<int>(config.hidden_size)};
-        const int strides[3] = {dims[1] * dims[2], dims[2], 1};
-        LSTM_CUDNN_CHECK(
-            cudnnSetTensorNdDescriptor(state_desc.desc, cudnn_type(dtype), 3, dims, strides));
+        // cuDNN's hx/hy are projSize wide, its cx/cy hiddenSize wide; the same without a
+        // projection.
+        const std::pair<TensorDescriptor*, int64_t> states[] = {{&h_desc, config.state_size()},
+                                                                {&c_desc, config.hidden_size}};
+        for (const auto& [desc, width] : states) {
+            const int dims[3] = {static_cast<int>(config.num_cells()), static_cast<int>(n),
+                                 static_cast<int>(width)};
+            const int strides[3] = {dims[1] * dims[2], dims[2], 1};
+            LSTM_CUDNN_CHECK(
+                cudnnSetTensorNdDescriptor(desc->desc, cudnn_type(dtype), 3, dims, strides));
+        }
         tails.reserve(static_cast<size_t>(n));
     }
 
@@ -326,13 +340,13 @@ void forward_impl(const CudnnVariant& variant, const Config& config, const Forwa
     plan.prepare(impl, a.lengths);
     check_fits(plan, ws, training ? &rs : nullptr, training);
     pack_weights(*plan.weights, a.params.data(), ws.weights, impl.stream);
-    LSTM_CUDNN_CHECK(cudnnRNNForward(
-        impl.cudnn, plan.weights->rnn.rnn.desc,
-        training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE, plan.dev_lengths(),
-        plan.x_desc.desc, a.x.data(), plan.y_desc.desc, a.y.data(), plan.state_desc.desc,
-        a.h0.data(), a.hn.data(), plan.state_desc.desc, a.c0.data(), a.cn.data(),
-        plan.weights->weight_space, ws.weights, ws.work_bytes, ws.work,
-        training ? rs.space_bytes : 0, training ? rs.space : nullptr));
+    LSTM_CUDNN_CHECK(cudnnRNNForward(impl.cudnn, plan.weights->rnn.rnn.desc,
+                                     training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+                                     plan.dev_lengths(), plan.x_desc.desc, a.x.data(),
+                                     plan.y_desc.desc, a.y.data(), plan.h_desc.desc, a.h0.data(),
+                                     a.hn.data(), plan.c_desc.desc, a.c0.data(), a.cn.data(),
+                                     plan.weights->weight_space, ws.weights, ws.work_bytes, ws.work,
+                                     training ? rs.space_bytes : 0, training ? rs.space : nullptr));
     zero_padded_tails(plan, a.y.data(), config.output_size(), impl.stream);
 }
 
@@ -358,9 +372,9 @@ void backward_impl(const CudnnVariant& variant, const Config& config, const Back
         T* dx = a.dx.empty() ? reinterpret_cast<T*>(ws.dx) : a.dx.data();
         LSTM_CUDNN_CHECK(cudnnRNNBackwardData_v8(
             impl.cudnn, w.rnn.rnn.desc, plan.dev_lengths(), plan.y_desc.desc, a.y.data(),
-            a.dy.data(), plan.x_desc.desc, dx, plan.state_desc.desc, a.h0.data(), a.dhn.data(),
-            a.dh0.data(), plan.state_desc.desc, a.c0.data(), a.dcn.data(), a.dc0.data(),
-            w.weight_space, ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
+            a.dy.data(), plan.x_desc.desc, dx, plan.h_desc.desc, a.h0.data(), a.dhn.data(),
+            a.dh0.data(), plan.c_desc.desc, a.c0.data(), a.dcn.data(), a.dc0.data(), w.weight_space,
+            ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
         if (!a.dx.empty()) zero_padded_tails(plan, a.dx.data(), config.input_size, impl.stream);
     }
     if (a.part != BackwardPart::data) {
@@ -368,8 +382,8 @@ void backward_impl(const CudnnVariant& variant, const Config& config, const Back
         pack_weights(w, a.dparams.data(), ws.weights, impl.stream);
         LSTM_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(
             impl.cudnn, w.rnn.rnn.desc, CUDNN_WGRAD_MODE_ADD, plan.dev_lengths(), plan.x_desc.desc,
-            a.x.data(), plan.state_desc.desc, a.h0.data(), plan.y_desc.desc, a.y.data(),
-            w.weight_space, ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
+            a.x.data(), plan.h_desc.desc, a.h0.data(), plan.y_desc.desc, a.y.data(), w.weight_space,
+            ws.weights, ws.work_bytes, ws.work, rs.space_bytes, rs.space));
         unpack_weights(w, ws.weights, a.dparams.data(), impl.stream);
     }
 }
@@ -380,25 +394,32 @@ void backward_impl(const CudnnVariant& variant, const Config& config, const Back
 struct CudnnVariant::Sizing {
     std::mutex mutex;
     cudnnHandle_t handle = nullptr;  // never destroyed (see cudnn.hpp)
-    // (I, H, L, D, bias, dtype, T, N)
-    std::map<std::array<int64_t, 8>, CudnnSizes> answers;
+    // (I, H, L, D, P, bias, dtype, T, N)
+    std::map<std::array<int64_t, 9>, CudnnSizes> answers;
 };
 
 CudnnVariant::CudnnVariant() : sizing_(std::make_unique<Sizing>()) {}
 CudnnVariant::~CudnnVariant() = default;
 
 std::optional<std::string> CudnnVariant::supports(const Config& config, DType dtype) const {
-    (void)dtype;  // cuDNN's RNN runs fp32 (FMA math) and fp64 (default math)
-    if (config.proj_size != 0) return std::string("projections (proj_size) are not wired up");
+    // cuDNN's RNN runs fp32 (FMA math) and fp64 (default math). The recurrent projection needs
+    // projSize <= hiddenSize (Config::validate already demands proj_size < hidden_size, as
+    // PyTorch does) and the standard algorithm, which describe_rnn always picks. A projection in
+    // fp64 and with padded I/O has not been run on a device here; should cuDNN refuse either,
+    // its status comes back through LSTM_CUDNN_CHECK as an error rather than a wrong result.
+    (void)dtype;
+    if (config.proj_size > config.hidden_size)
+        return std::string("cuDNN's recurrent projection needs proj_size <= hidden_size");
     return cudnn_size_problem(config, 1, 1);
 }
 
 CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_len,
                                int64_t batch) const {
-    const std::array<int64_t, 8> key = {config.input_size,
+    const std::array<int64_t, 9> key = {config.input_size,
                                         config.hidden_size,
                                         config.num_layers,
                                         config.num_directions(),
+                                        config.proj_size,
                                         config.bias ? 1 : 0,
                                         static_cast<int64_t>(dtype),
                                         seq_len,

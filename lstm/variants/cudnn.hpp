@@ -7,18 +7,21 @@
 // so nothing here needs a CUDA or cuDNN header. Registered only when LSTM_WITH_CUDNN is 1.
 //
 // How PyTorch's LSTM maps onto cuDNN's:
-// - Data: our x (T, N, I) and y (T, N, D*H) are cuDNN's CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED
-//   layout as they are, with the per-sequence lengths in the data descriptors; h0/c0/hn/cn
-//   (L*D, N, H) are cuDNN's hx/cx/hy/cy. Padded positions of y and dx are zeroed here after
-//   the cuDNN call (one cudaMemset2DAsync per shorter sequence, none for full batches): cuDNN
-//   documents its padding fill (0, set on the data descriptors) for forward outputs only, and
-//   the zeroing keeps the padded-output contract from resting on that.
+// - Data: our x (T, N, I) and y (T, N, D*S) are cuDNN's CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED
+//   layout as they are, with the per-sequence lengths in the data descriptors; h0/hn
+//   (L*D, N, S) and c0/cn (L*D, N, H) are cuDNN's hx/hy and cx/cy. S = config.state_size() is
+//   cuDNN's projSize: H, or proj_size for nn.LSTM(proj_size=P), which is cuDNN's recurrent
+//   projection (its projection matrix, linLayerID 8, holds our weight_hr). Padded positions of y
+//   and dx are zeroed here after the cuDNN call (one cudaMemset2DAsync per shorter sequence, none
+//   for full batches): cuDNN documents its padding fill (0, set on the data descriptors) for
+//   forward outputs only, and the zeroing keeps the padded-output contract from resting on that.
 // - Parameters: cuDNN keeps its own weight space. Every call copies our flat buffer into it
 //   through the addresses cudnnGetRNNWeightParams reports (checked against the shapes our
 //   layout implies; lstm/variants/cudnn_weights.hpp has the mapping), merged into as few
 //   device-to-device copies as the reported layout allows: 4 per (layer, direction) when cuDNN
 //   keeps its 4 input matrices, 4 recurrent matrices and each 4 biases together (what PyTorch's
-//   binding relies on), fewer where they sit back to back as in our buffer, 16 at worst;
+//   binding relies on; one more for a projection matrix), fewer where they sit back to back as in
+//   our buffer, 16 (17) at worst;
 //   forward copies once, backward-data once, backward-weights twice (in and out; tests/gpu
 //   prints the count). Weight gradients: our dparams is copied into
 //   a dweight space, cudnnRNNBackwardWeights_v8 adds into it (CUDNN_WGRAD_MODE_ADD) and the sum

@@ -8,11 +8,16 @@
 //
 // The mapping (cuDNN's RNN API reference, cudnnGetRNNWeightParams, LSTM cell): pseudo-layer
 // `layer * D + direction`; linLayerID 0..3 are the input matrices W_i, W_f, W_g (cuDNN's c'),
-// W_o, each (H, in_l) row-major; 4..7 the recurrent matrices R_i, R_f, R_g, R_o, each (H, H);
-// with CUDNN_RNN_DOUBLE_BIAS the bias of linLayerID k (0..3) is b_W (our bias_ih) of gate k and
-// of k (4..7) b_R (our bias_hh) of gate k - 4. PyTorch's gate blocks are i, f, g, o, cuDNN's
-// order too, so every piece is one contiguous run of our buffer: row block k of weight_ih is
-// rows [k*H, (k+1)*H) of a row-major (4H, in_l) matrix.
+// W_o, each (H, in_l) row-major; 4..7 the recurrent matrices R_i, R_f, R_g, R_o, each (H, S)
+// with S = config.state_size() (cuDNN's projSize: H without a projection); with
+// CUDNN_RNN_DOUBLE_BIAS the bias of linLayerID k (0..3) is b_W (our bias_ih) of gate k and of
+// k (4..7) b_R (our bias_hh) of gate k - 4. With a recurrent projection (projSize P < H),
+// linLayerID 8 is the projection matrix W_r (P, H), our weight_hr, and has no bias (PyTorch's
+// cuDNN binding, add_projection_weights, asks for the same ID). PyTorch's gate blocks are i, f,
+// g, o, cuDNN's order too, so every piece is one contiguous run of our buffer: row block k of
+// weight_ih is rows [k*H, (k+1)*H) of a row-major (4H, in_l) matrix. The shapes cuDNN reports
+// are checked against these at plan time (check_cudnn_reported_shape), so a cuDNN that lays the
+// projection out otherwise fails there with the piece's name rather than computing garbage.
 
 #include <algorithm>
 #include <cstddef>
@@ -32,43 +37,58 @@
 
 namespace lstm::cuda {
 
-// An LSTM cell has 8 "linear layers" in cuDNN's terms: 4 gates times (input, recurrent).
+// An LSTM cell has 8 "linear layers" in cuDNN's terms: 4 gates times (input, recurrent), and
+// with a recurrent projection a ninth, the projection matrix, at linLayerID 8.
 constexpr int kCudnnLstmLinLayers = 8;
 constexpr int kCudnnLstmGates = 4;
+constexpr int kCudnnLstmProjection = 8;
 
 enum class CudnnPieceKind { matrix, bias };
 
 // One entry of cuDNN's weight space and where its contents live in our flat buffer.
 struct CudnnPiece {
     int64_t pseudo_layer = 0;  // layer * D + direction
-    int lin_layer_id = 0;      // 0..7: input gates i, f, g, o, then recurrent gates i, f, g, o
+    // 0..7: input gates i, f, g, o, then recurrent gates i, f, g, o; 8: the projection matrix
+    int lin_layer_id = 0;
     CudnnPieceKind kind = CudnnPieceKind::matrix;
     int64_t param_offset = 0;  // element offset of the piece's first element in our buffer
-    int64_t rows = 0;          // H
-    int64_t cols = 0;          // in_l (input matrix), H (recurrent matrix), 1 (bias)
+    int64_t rows = 0;          // H; P for the projection
+    int64_t cols = 0;  // in_l (input matrix), S (recurrent matrix), H (projection), 1 (bias)
     int64_t numel() const { return rows * cols; }
 };
 
 // The piece cuDNN calls (pseudo_layer, lin_layer_id, kind) for `config`. Throws on indices out
-// of range (a bug in the caller, so the message names the indices).
+// of range, on a bias piece of a config without biases and on the projection of a config
+// without one or as a bias (bugs in the caller, so the message names the indices).
 inline CudnnPiece cudnn_piece(const Config& config, int64_t pseudo_layer, int lin_layer_id,
                               CudnnPieceKind kind) {
     check(pseudo_layer >= 0 && pseudo_layer < config.num_cells(), "cudnn_piece: pseudo_layer ",
           pseudo_layer, " outside 0..", config.num_cells() - 1);
-    check(lin_layer_id >= 0 && lin_layer_id < kCudnnLstmLinLayers, "cudnn_piece: lin_layer_id ",
-          lin_layer_id, " outside 0..", kCudnnLstmLinLayers - 1);
+    const int last_id = config.proj_size > 0 ? kCudnnLstmProjection : kCudnnLstmLinLayers - 1;
+    check(lin_layer_id >= 0 && lin_layer_id <= last_id, "cudnn_piece: lin_layer_id ", lin_layer_id,
+          " outside 0..", last_id);
+    check(kind == CudnnPieceKind::matrix || config.bias, "cudnn_piece: linLayerID ", lin_layer_id,
+          " has no bias in a config without biases");
     const int64_t dirs = config.num_directions(), hidden = config.hidden_size;
     const int64_t layer = pseudo_layer / dirs, direction = pseudo_layer % dirs;
     const CellOffsets o = cell_offsets(config, layer, direction);
-    const bool recurrent = lin_layer_id >= kCudnnLstmGates;
-    const int64_t gate = lin_layer_id % kCudnnLstmGates;
     CudnnPiece p;
     p.pseudo_layer = pseudo_layer;
     p.lin_layer_id = lin_layer_id;
     p.kind = kind;
+    if (lin_layer_id == kCudnnLstmProjection) {
+        check(kind == CudnnPieceKind::matrix,
+              "cudnn_piece: the projection (linLayerID 8) has no bias");
+        p.rows = config.proj_size;
+        p.cols = hidden;
+        p.param_offset = o.weight_hr;
+        return p;
+    }
+    const bool recurrent = lin_layer_id >= kCudnnLstmGates;
+    const int64_t gate = lin_layer_id % kCudnnLstmGates;
     p.rows = hidden;
     if (kind == CudnnPieceKind::matrix) {
-        p.cols = recurrent ? hidden : config.layer_input_size(layer);
+        p.cols = recurrent ? config.state_size() : config.layer_input_size(layer);
         p.param_offset = (recurrent ? o.weight_hh : o.weight_ih) + gate * hidden * p.cols;
     } else {
         p.cols = 1;
@@ -78,39 +98,48 @@ inline CudnnPiece cudnn_piece(const Config& config, int64_t pseudo_layer, int li
 }
 
 // Every piece of `config`, pseudo-layer by pseudo-layer, linLayerID 0..7, matrix before bias
-// (no biases when config.bias is false: CUDNN_RNN_NO_BIAS): the order the variant asks cuDNN in.
+// (no biases when config.bias is false: CUDNN_RNN_NO_BIAS), then the projection matrix
+// (linLayerID 8) when config.proj_size > 0: the order the variant asks cuDNN in.
 // Allocates: plan time only.
 inline std::vector<CudnnPiece> cudnn_pieces(const Config& config) {
     std::vector<CudnnPiece> out;
-    out.reserve(static_cast<size_t>(config.num_cells()) * kCudnnLstmLinLayers * 2);
-    for (int64_t pl = 0; pl < config.num_cells(); ++pl)
+    out.reserve(static_cast<size_t>(config.num_cells()) * (kCudnnLstmLinLayers * 2 + 1));
+    for (int64_t pl = 0; pl < config.num_cells(); ++pl) {
         for (int id = 0; id < kCudnnLstmLinLayers; ++id) {
             out.push_back(cudnn_piece(config, pl, id, CudnnPieceKind::matrix));
             if (config.bias) out.push_back(cudnn_piece(config, pl, id, CudnnPieceKind::bias));
         }
+        if (config.proj_size > 0)
+            out.push_back(cudnn_piece(config, pl, kCudnnLstmProjection, CudnnPieceKind::matrix));
+    }
     return out;
 }
 
-// "weight_hh_l1_reverse rows of gate g (pseudo-layer 3, linLayerID 6, matrix)": for messages.
+// "weight_hh_l1_reverse rows of gate g (pseudo-layer 3, linLayerID 6, matrix)", or
+// "weight_hr_l0 (pseudo-layer 0, linLayerID 8, matrix)" for the projection: for messages.
 inline std::string cudnn_piece_name(const Config& config, const CudnnPiece& p) {
     static const char* const kGateNames[kCudnnLstmGates] = {"i", "f", "g", "o"};
     const int64_t dirs = config.num_directions();
+    const std::string suffix = "_l" + std::to_string(p.pseudo_layer / dirs) +
+                               (p.pseudo_layer % dirs == 1 ? "_reverse" : "");
+    const std::string ids = "(pseudo-layer " + std::to_string(p.pseudo_layer) + ", linLayerID " +
+                            std::to_string(p.lin_layer_id);
+    if (p.lin_layer_id == kCudnnLstmProjection)
+        return "weight_hr" + suffix + " " + ids + ", matrix)";
     const bool recurrent = p.lin_layer_id >= kCudnnLstmGates;
     const bool matrix = p.kind == CudnnPieceKind::matrix;
     std::string name =
         matrix ? (recurrent ? "weight_hh" : "weight_ih") : (recurrent ? "bias_hh" : "bias_ih");
-    name += "_l" + std::to_string(p.pseudo_layer / dirs);
-    if (p.pseudo_layer % dirs == 1) name += "_reverse";
-    name += std::string(matrix ? " rows" : " entries") + " of gate " +
-            kGateNames[p.lin_layer_id % kCudnnLstmGates] + " (pseudo-layer " +
-            std::to_string(p.pseudo_layer) + ", linLayerID " + std::to_string(p.lin_layer_id) +
+    name += suffix + (matrix ? " rows" : " entries") + " of gate " +
+            kGateNames[p.lin_layer_id % kCudnnLstmGates] + " " + ids +
             (matrix ? ", matrix)" : ", bias)");
     return name;
 }
 
 // Checks the tensor descriptor cuDNN reports for `p` (cudnnGetTensorNdDescriptor: nb_dims,
 // dims, strides, host arrays of nb_dims entries): cuDNN describes a matrix as (1, rows, cols)
-// and a bias as (1, rows, 1), densely packed row-major. Anything else means cuDNN's layout is
+// (the projection as (1, P, H), recurrent matrices as (1, H, S)) and a bias as (1, rows, 1),
+// densely packed row-major. Anything else means cuDNN's layout is
 // not the one the copies assume; the error says which piece and what came.
 inline void check_cudnn_reported_shape(const Config& config, const CudnnPiece& p, int nb_dims,
                                        const int* dims, const int* strides) {
@@ -159,8 +188,9 @@ struct CudnnCopySegment {
 // inside cuDNN's space of `space_elems` elements (a violation is a bug in the mapping or a
 // layout cuDNN changed: the message names the offsets). `segments` is taken by value and sorted.
 // cuDNN keeps the 4 input matrices of a pseudo-layer contiguous, likewise the recurrent ones and
-// the biases (PyTorch's cuDNN binding relies on the same), so a cell needs at most 4 copies and
-// fewer where cuDNN places the groups back to back as our buffer does.
+// the biases (PyTorch's cuDNN binding relies on the same), so a cell needs at most 4 copies (5
+// with a projection matrix) and fewer where cuDNN places the groups back to back as our buffer
+// does.
 inline std::vector<CudnnCopySegment> coalesce_copy_segments(std::vector<CudnnCopySegment> segments,
                                                             int64_t param_count,
                                                             int64_t space_elems) {
@@ -281,7 +311,7 @@ inline std::optional<std::string> cudnn_size_problem(const Config& config, int64
     const std::pair<const char*, int64_t> sizes[] = {{"input_size", config.input_size},
                                                      {"hidden_size", config.hidden_size},
                                                      {"num_layers", config.num_layers},
-                                                     {"output_size (D*H)", config.output_size()},
+                                                     {"output_size (D*S)", config.output_size()},
                                                      {"T", seq_len},
                                                      {"N", batch}};
     for (const auto& s : sizes)
@@ -318,14 +348,16 @@ inline void padded_tails(const int32_t* lengths, int64_t seq_len, int64_t batch,
 // The plan key of one (config, dtype, T, N) in a Context's plan cache, written into `out`
 // (whose capacity is reused, so that steady-state calls allocate nothing). Lengths are not part
 // of it: a plan re-describes its data when a call's lengths differ from the previous call's.
+// The projection size and the bias flag are: they change the RNN descriptor and the weights.
 inline void cudnn_plan_key(const Config& config, DType dtype, int64_t seq_len, int64_t batch,
                            std::string& out) {
-    // 6 int64 of at most 20 digits, the separators and the dtype name fit in 160 characters.
-    char buf[160];
+    // 8 int64 of at most 20 digits, the separators and the dtype name fit in 240 characters.
+    char buf[240];
     const int n = std::snprintf(
-        buf, sizeof(buf), "cudnn/I%lld/H%lld/L%lld/D%lld/%s/T%lld/N%lld",
+        buf, sizeof(buf), "cudnn/I%lld/H%lld/L%lld/D%lld/P%lld/B%d/%s/T%lld/N%lld",
         static_cast<long long>(config.input_size), static_cast<long long>(config.hidden_size),
         static_cast<long long>(config.num_layers), static_cast<long long>(config.num_directions()),
+        static_cast<long long>(config.proj_size), config.bias ? 1 : 0,
         dtype == DType::f32 ? "f32" : "f64", static_cast<long long>(seq_len),
         static_cast<long long>(batch));
     out.assign(buf, static_cast<size_t>(n));

@@ -6,8 +6,8 @@
 //
 // How PyTorch's LSTM maps onto oneDNN's:
 // - Layers: one primitive stacks layers only when every layer reads inputs as wide as its
-//   output. Each stack is a "group" below. A unidirectional LSTM is one group when I == H, else
-//   layer 0 alone and the layers above as a second group.
+//   output. Each stack is a "group" below. A unidirectional LSTM is one group when I == S (H, or
+//   proj_size with a projection), else layer 0 alone and the layers above as a second group.
 // - Directions: bidirectional_concat, whose output (forward half first) is PyTorch's. Within
 //   one primitive, though, oneDNN runs each direction's stack on its own and concatenates only
 //   the top layer's outputs, while PyTorch feeds both halves of layer l into both directions of
@@ -23,6 +23,15 @@
 //   e.g. H 256 with N 32, or T = 1 with H not a multiple of 4: "could not create a primitive
 //   descriptor for a reorder primitive"), and a plain source reorders into any format. Weight
 //   gradients travel back the same way: reordered into the plain layout, then added into dparams.
+// - Projections (proj_size P > 0): oneDNN's LSTM with projection, without peepholes. Its h (the
+//   output, src_iter / dst_iter) is P wide and its c (src_iter_c / dst_iter_c) H wide, as in
+//   PyTorch, and weights_iter reads P columns. Its projection weights are a (layers, D, H, P)
+//   tensor of input channel H and output channel P; PyTorch's weight_hr, (P, H) row-major, is
+//   that tensor's ldoi order, so the matrices travel like the others: copied one after another,
+//   then reordered (the reorder does the transpose into whatever oneDNN picks, ldio or packed).
+//   oneDNN 2.6.3 builds it under every DNNL_MAX_CPU_ISA cap down to SSE4.1 (measured; training
+//   and backward run its reference RNN kernel); should a build or CPU lack it, the call throws
+//   lstm::Unsupported, not a backend error.
 // - Biases: oneDNN has one bias per gate row; it gets b_ih + b_hh, and its gradient is added to
 //   the gradients of both.
 // - Lengths: oneDNN runs every sequence for all T steps, so per-sequence lengths are refused.
@@ -60,6 +69,7 @@
 #include <vector>
 
 #include "lstm/detail/carve.hpp"
+#include "lstm/detail/onednn_hooks.hpp"
 #include "lstm/variant.hpp"
 
 namespace lstm::cpu {
@@ -88,11 +98,11 @@ inline std::vector<Group> make_groups(const Config& config) {
     if (config.bidirectional) {
         for (int64_t l = 0; l < config.num_layers; ++l)
             out.push_back({l, 1, config.layer_input_size(l)});
-    } else if (config.input_size == config.hidden_size || config.num_layers == 1) {
+    } else if (config.input_size == config.state_size() || config.num_layers == 1) {
         out.push_back({0, config.num_layers, config.input_size});
     } else {
         out.push_back({0, 1, config.input_size});
-        out.push_back({1, config.num_layers - 1, config.hidden_size});
+        out.push_back({1, config.num_layers - 1, config.state_size()});
     }
     return out;
 }
@@ -148,7 +158,8 @@ inline dnnl::primitive_attr user_scratchpad_attr() {
     return attr;
 }
 
-// The arguments of the primitives this file runs (the forward's workspace only when training).
+// The arguments of the primitives this file runs (the forward's workspace only when training,
+// the projection weights and their gradient only with a projection).
 constexpr std::array<int, 2> kReorderArgs = {DNNL_ARG_FROM, DNNL_ARG_TO};
 constexpr std::array<int, 9> kForwardArgs = {
     DNNL_ARG_SRC_LAYER,     DNNL_ARG_SRC_ITER,     DNNL_ARG_SRC_ITER_C,
@@ -163,13 +174,14 @@ constexpr std::array<int, 19> kBackwardArgs = {
     DNNL_ARG_DIFF_DST_LAYER,     DNNL_ARG_DIFF_DST_ITER,     DNNL_ARG_DIFF_DST_ITER_C,
     DNNL_ARG_WORKSPACE};
 
-// One group's forward (training or inference): the LSTM primitive and the two weight reorders
-// that feed it. Primitives are created on first use; the descriptors at plan time.
+// One group's forward (training or inference): the LSTM primitive and the weight reorders that
+// feed it (w_proj_pd empty without a projection). Primitives are created on first use; the
+// descriptors at plan time.
 struct ForwardPlan {
     dnnl::lstm_forward::primitive_desc pd;
-    dnnl::reorder::primitive_desc w_layer_pd, w_iter_pd;
+    dnnl::reorder::primitive_desc w_layer_pd, w_iter_pd, w_proj_pd;
     bool built = false;
-    Bound lstm, w_layer, w_iter;
+    Bound lstm, w_layer, w_iter, w_proj;
 
     void build(const dnnl::engine& engine, bool training) {
         if (built) return;
@@ -177,17 +189,22 @@ struct ForwardPlan {
         if (training) lstm.add(DNNL_ARG_WORKSPACE, pd.workspace_desc(), engine);
         w_layer = Bound(dnnl::reorder(w_layer_pd), w_layer_pd, engine, kReorderArgs);
         w_iter = Bound(dnnl::reorder(w_iter_pd), w_iter_pd, engine, kReorderArgs);
+        if (w_proj_pd) {
+            lstm.add(DNNL_ARG_WEIGHTS_PROJECTION, pd.weights_projection_desc(), engine);
+            w_proj = Bound(dnnl::reorder(w_proj_pd), w_proj_pd, engine, kReorderArgs);
+        }
         built = true;
     }
 };
 
 // One group's backward: the LSTM primitive, the weight reorders feeding it and the reorders
-// adding its weight gradients into dparams.
+// adding its weight gradients into dparams (the projection's empty without one).
 struct BackwardPlan {
     dnnl::lstm_backward::primitive_desc pd;
-    dnnl::reorder::primitive_desc w_layer_pd, w_iter_pd, dw_layer_pd, dw_iter_pd;
+    dnnl::reorder::primitive_desc w_layer_pd, w_iter_pd, w_proj_pd, dw_layer_pd, dw_iter_pd,
+        dw_proj_pd;
     bool built = false;
-    Bound lstm, w_layer, w_iter, dw_layer, dw_iter;
+    Bound lstm, w_layer, w_iter, w_proj, dw_layer, dw_iter, dw_proj;
 
     void build(const dnnl::engine& engine) {
         if (built) return;
@@ -196,6 +213,12 @@ struct BackwardPlan {
         w_iter = Bound(dnnl::reorder(w_iter_pd), w_iter_pd, engine, kReorderArgs);
         dw_layer = Bound(dnnl::reorder(dw_layer_pd), dw_layer_pd, engine, kReorderArgs);
         dw_iter = Bound(dnnl::reorder(dw_iter_pd), dw_iter_pd, engine, kReorderArgs);
+        if (w_proj_pd) {
+            lstm.add(DNNL_ARG_WEIGHTS_PROJECTION, pd.weights_projection_desc(), engine);
+            lstm.add(DNNL_ARG_DIFF_WEIGHTS_PROJECTION, pd.diff_weights_projection_desc(), engine);
+            w_proj = Bound(dnnl::reorder(w_proj_pd), w_proj_pd, engine, kReorderArgs);
+            dw_proj = Bound(dnnl::reorder(dw_proj_pd), dw_proj_pd, engine, kReorderArgs);
+        }
         built = true;
     }
 };
@@ -206,8 +229,9 @@ struct GroupPlan {
     BackwardPlan backward;
 };
 
-// Everything one (config, T, N) needs. `mutex` is held for a whole call, since the Bound memory
-// objects are re-pointed at the call's buffers.
+// Everything one (config, T, N) needs; the config, compared whole, includes proj_size and bias,
+// which change the primitives. `mutex` is held for a whole call, since the Bound memory objects
+// are re-pointed at the call's buffers.
 struct Plan {
     Config config;
     int64_t seq_len = 0, batch = 0;
@@ -217,51 +241,73 @@ struct Plan {
     std::mutex mutex;
 };
 
-// Columns of the group's weight_ih (or weight_hh, when `iter`) matrices.
-inline int64_t weights_width(const Config& config, const Group& group, bool iter) {
-    return iter ? config.hidden_size : group.in_width;
+// Which of a cell's weight matrices: weight_ih (4H, in), weight_hh (4H, S) or weight_hr (P, H),
+// oneDNN's weights_layer, weights_iter and weights_projection.
+enum class Matrix { ih, hh, hr };
+
+// Elements of one cell's `m` matrix in the group (0 for weight_hr without a projection).
+inline int64_t matrix_elements(const Config& config, const Group& group, Matrix m) {
+    const int64_t gates = 4 * config.hidden_size;
+    switch (m) {
+        case Matrix::ih:
+            return gates * group.in_width;
+        case Matrix::hh:
+            return gates * config.state_size();
+        case Matrix::hr:
+            return config.proj_size * config.hidden_size;
+    }
+    return 0;
 }
 
-// Elements of the group's weight_ih (or weight_hh) matrices, all cells.
-inline int64_t plain_weights_count(const Config& config, const Group& group, bool iter) {
-    return group.num_layers * config.num_directions() * 4 * config.hidden_size *
-           weights_width(config, group, iter);
+// Elements of the group's `m` matrices, all cells.
+inline int64_t plain_weights_count(const Config& config, const Group& group, Matrix m) {
+    return group.num_layers * config.num_directions() * matrix_elements(config, group, m);
 }
 
-// PyTorch's weight_ih (or weight_hh) matrices of every layer and direction of a group, copied one
-// after another: a oneDNN (layers, D, in, 4, H) tensor in ldgoi order, where element
-// (l, d, i, g, h) is row g*H + h, column i of cell (l, d)'s matrix.
-inline dnnl::memory::desc plain_weights_desc(const Config& config, const Group& group, bool iter) {
-    return dnnl::memory::desc(Dims{group.num_layers, config.num_directions(),
-                                   weights_width(config, group, iter), 4, config.hidden_size},
-                              kF32, Tag::ldgoi);
+// PyTorch's `m` matrices of every layer and direction of a group, copied one after another.
+// weight_ih / weight_hh: a oneDNN (layers, D, in, 4, H) tensor in ldgoi order, where element
+// (l, d, i, g, h) is row g*H + h, column i of cell (l, d)'s matrix (in: the group's input width,
+// or S). weight_hr: a (layers, D, H, P) tensor in ldoi order, where element (l, d, h, p) is row p,
+// column h of cell (l, d)'s matrix; a zero descriptor without a projection.
+inline dnnl::memory::desc plain_weights_desc(const Config& config, const Group& group, Matrix m) {
+    const int64_t layers = group.num_layers, dirs = config.num_directions();
+    if (m == Matrix::hr)
+        return config.proj_size == 0
+                   ? dnnl::memory::desc()
+                   : dnnl::memory::desc(Dims{layers, dirs, config.hidden_size, config.proj_size},
+                                        kF32, Tag::ldoi);
+    const int64_t in = m == Matrix::ih ? group.in_width : config.state_size();
+    return dnnl::memory::desc(Dims{layers, dirs, in, 4, config.hidden_size}, kF32, Tag::ldgoi);
 }
 
-// The group's weight_ih (or weight_hh) matrices, cell by cell: calls fn(offset of the cell's
-// matrix in the flat parameters, offset in the plain layout, elements).
+// The group's `m` matrices, cell by cell: calls fn(offset of the cell's matrix in the flat
+// parameters, offset in the plain layout, elements).
 template <typename Fn>
-void for_each_weight_matrix(const Config& config, const Group& group, bool iter, Fn&& fn) {
-    const int64_t count = 4 * config.hidden_size * weights_width(config, group, iter);
+void for_each_weight_matrix(const Config& config, const Group& group, Matrix m, Fn&& fn) {
+    const int64_t count = matrix_elements(config, group, m);
     int64_t plain = 0;
     for (int64_t l = 0; l < group.num_layers; ++l)
         for (int64_t d = 0; d < config.num_directions(); ++d, plain += count) {
             const CellOffsets o = cell_offsets(config, group.first_layer + l, d);
-            fn(iter ? o.weight_hh : o.weight_ih, plain, count);
+            fn(m == Matrix::ih   ? o.weight_ih
+               : m == Matrix::hh ? o.weight_hh
+                                 : o.weight_hr,
+               plain, count);
         }
 }
 
-// plain (plain_weights_desc) <- the group's weight matrices in the flat params. Host; overwrites.
-inline void gather_weights(const Config& config, const Group& group, bool iter, const float* params,
+// plain (plain_weights_desc) <- the group's `m` matrices in the flat params. Host; overwrites.
+inline void gather_weights(const Config& config, const Group& group, Matrix m, const float* params,
                            float* plain) {
-    for_each_weight_matrix(config, group, iter, [&](int64_t at, int64_t to, int64_t count) {
+    for_each_weight_matrix(config, group, m, [&](int64_t at, int64_t to, int64_t count) {
         std::memcpy(plain + to, params + at, sizeof(float) * count);
     });
 }
 
-// The group's weight matrices in dparams += plain (plain_weights_desc). Host; accumulates.
-inline void add_weight_grads(const Config& config, const Group& group, bool iter,
-                             const float* plain, float* dparams) {
-    for_each_weight_matrix(config, group, iter, [&](int64_t at, int64_t from, int64_t count) {
+// The group's `m` matrices in dparams += plain (plain_weights_desc). Host; accumulates.
+inline void add_weight_grads(const Config& config, const Group& group, Matrix m, const float* plain,
+                             float* dparams) {
+    for_each_weight_matrix(config, group, m, [&](int64_t at, int64_t from, int64_t count) {
         for (int64_t k = 0; k < count; ++k) dparams[at + k] += plain[from + k];
     });
 }
@@ -275,28 +321,38 @@ inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& confi
                                  const Group& group, int64_t seq_len, int64_t batch) {
     using dnnl::memory;
     const int64_t hidden = config.hidden_size, dirs = config.num_directions();
+    const int64_t layers = group.num_layers, width = config.state_size();
+    const bool projected = config.proj_size > 0;
     const auto direction = config.bidirectional ? dnnl::rnn_direction::bidirectional_concat
                                                 : dnnl::rnn_direction::unidirectional_left2right;
     const memory::desc src(Dims{seq_len, batch, group.in_width}, kF32, Tag::tnc);
     const memory::desc dst(Dims{seq_len, batch, config.output_size()}, kF32, Tag::tnc);
-    const memory::desc state(Dims{group.num_layers, dirs, batch, hidden}, kF32, Tag::ldnc);
-    const memory::desc w_layer(Dims{group.num_layers, dirs, group.in_width, 4, hidden}, kF32,
-                               Tag::any);
-    const memory::desc w_iter(Dims{group.num_layers, dirs, hidden, 4, hidden}, kF32, Tag::any);
+    const memory::desc h_state(Dims{layers, dirs, batch, width}, kF32, Tag::ldnc);
+    const memory::desc c_state(Dims{layers, dirs, batch, hidden}, kF32, Tag::ldnc);
+    const memory::desc w_layer(Dims{layers, dirs, group.in_width, 4, hidden}, kF32, Tag::any);
+    const memory::desc w_iter(Dims{layers, dirs, width, 4, hidden}, kF32, Tag::any);
+    // A zero descriptor: no peephole, and no projection unless the config has one.
+    const memory::desc none;
+    const memory::desc w_proj =
+        projected ? memory::desc(Dims{layers, dirs, hidden, config.proj_size}, kF32, Tag::any)
+                  : none;
     const memory::desc bias = bias_desc(config, group);
-    const memory::desc user_w_layer = plain_weights_desc(config, group, false);
-    const memory::desc user_w_iter = plain_weights_desc(config, group, true);
+    const memory::desc user_w_layer = plain_weights_desc(config, group, Matrix::ih);
+    const memory::desc user_w_iter = plain_weights_desc(config, group, Matrix::hh);
+    const memory::desc user_w_proj = plain_weights_desc(config, group, Matrix::hr);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
+    auto reorder_pd = [&](const memory::desc& from, const memory::desc& to) {
+        return dnnl::reorder::primitive_desc(engine, from, engine, to, attr);
+    };
 
     auto forward = [&](dnnl::prop_kind kind) {
-        const dnnl::lstm_forward::desc desc(kind, direction, src, state, state, w_layer, w_iter,
-                                            bias, dst, state, state);
+        const dnnl::lstm_forward::desc desc(kind, direction, src, h_state, c_state, w_layer, w_iter,
+                                            none, w_proj, bias, dst, h_state, c_state);
         ForwardPlan p;
         p.pd = dnnl::lstm_forward::primitive_desc(desc, attr, engine);
-        p.w_layer_pd = dnnl::reorder::primitive_desc(engine, user_w_layer, engine,
-                                                     p.pd.weights_layer_desc(), attr);
-        p.w_iter_pd = dnnl::reorder::primitive_desc(engine, user_w_iter, engine,
-                                                    p.pd.weights_iter_desc(), attr);
+        p.w_layer_pd = reorder_pd(user_w_layer, p.pd.weights_layer_desc());
+        p.w_iter_pd = reorder_pd(user_w_iter, p.pd.weights_iter_desc());
+        if (projected) p.w_proj_pd = reorder_pd(user_w_proj, p.pd.weights_projection_desc());
         // The bias is filled by hand (b_ih + b_hh), which needs oneDNN's plain ldgo layout.
         check(p.pd.bias_desc() == bias, "oneDNN chose a bias layout other than ldgo");
         return p;
@@ -306,19 +362,20 @@ inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& confi
     out.training = forward(dnnl::prop_kind::forward_training);
     out.inference = forward(dnnl::prop_kind::forward_inference);
 
-    const dnnl::lstm_backward::desc desc(dnnl::prop_kind::backward, direction, src, state, state,
-                                         w_layer, w_iter, bias, dst, state, state, src, state,
-                                         state, w_layer, w_iter, bias, dst, state, state);
+    const dnnl::lstm_backward::desc desc(dnnl::prop_kind::backward, direction, src, h_state,
+                                         c_state, w_layer, w_iter, none, w_proj, bias, dst, h_state,
+                                         c_state, src, h_state, c_state, w_layer, w_iter, none,
+                                         w_proj, bias, dst, h_state, c_state);
     BackwardPlan& b = out.backward;
     b.pd = dnnl::lstm_backward::primitive_desc(desc, attr, engine, out.training.pd);
-    b.w_layer_pd = dnnl::reorder::primitive_desc(engine, user_w_layer, engine,
-                                                 b.pd.weights_layer_desc(), attr);
-    b.w_iter_pd =
-        dnnl::reorder::primitive_desc(engine, user_w_iter, engine, b.pd.weights_iter_desc(), attr);
-    b.dw_layer_pd = dnnl::reorder::primitive_desc(engine, b.pd.diff_weights_layer_desc(), engine,
-                                                  user_w_layer, attr);
-    b.dw_iter_pd = dnnl::reorder::primitive_desc(engine, b.pd.diff_weights_iter_desc(), engine,
-                                                 user_w_iter, attr);
+    b.w_layer_pd = reorder_pd(user_w_layer, b.pd.weights_layer_desc());
+    b.w_iter_pd = reorder_pd(user_w_iter, b.pd.weights_iter_desc());
+    b.dw_layer_pd = reorder_pd(b.pd.diff_weights_layer_desc(), user_w_layer);
+    b.dw_iter_pd = reorder_pd(b.pd.diff_weights_iter_desc(), user_w_iter);
+    if (projected) {
+        b.w_proj_pd = reorder_pd(user_w_proj, b.pd.weights_projection_desc());
+        b.dw_proj_pd = reorder_pd(b.pd.diff_weights_projection_desc(), user_w_proj);
+    }
     check(b.pd.bias_desc() == bias && b.pd.diff_bias_desc() == bias,
           "oneDNN chose a bias or bias-gradient layout other than ldgo");
     return out;
@@ -326,8 +383,9 @@ inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& confi
 
 enum class Pass { training, inference, backward };
 
+// 0 for an empty descriptor (the projection's reorders without a projection).
 inline size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd) {
-    return pd.scratchpad_desc().get_size();
+    return pd ? pd.scratchpad_desc().get_size() : 0;
 }
 
 // Largest oneDNN scratchpad any primitive of `pass` asks for; primitives run one after another,
@@ -338,12 +396,13 @@ inline size_t pass_scratchpad_bytes(const Plan& plan, Pass pass) {
         if (pass == Pass::backward) {
             const BackwardPlan& b = g.backward;
             most = std::max({most, scratchpad_bytes(b.pd), scratchpad_bytes(b.w_layer_pd),
-                             scratchpad_bytes(b.w_iter_pd), scratchpad_bytes(b.dw_layer_pd),
-                             scratchpad_bytes(b.dw_iter_pd)});
+                             scratchpad_bytes(b.w_iter_pd), scratchpad_bytes(b.w_proj_pd),
+                             scratchpad_bytes(b.dw_layer_pd), scratchpad_bytes(b.dw_iter_pd),
+                             scratchpad_bytes(b.dw_proj_pd)});
         } else {
             const ForwardPlan& f = pass == Pass::training ? g.training : g.inference;
             most = std::max({most, scratchpad_bytes(f.pd), scratchpad_bytes(f.w_layer_pd),
-                             scratchpad_bytes(f.w_iter_pd)});
+                             scratchpad_bytes(f.w_iter_pd), scratchpad_bytes(f.w_proj_pd)});
         }
     }
     return most;
@@ -358,20 +417,24 @@ inline size_t aligned_bytes(size_t bytes) {
 // Scratch of one call (host memory). Groups run one after another, so they share the weight
 // buffers, each sized for the largest group.
 struct Workspace {
-    // The group's weight_ih / weight_hh matrices in the plain layout (plain_weights_desc); in
-    // backward they receive the weight gradients once the weights were reordered.
+    // The group's weight_ih / weight_hh / weight_hr matrices in the plain layout
+    // (plain_weights_desc); in backward they receive the weight gradients once the weights were
+    // reordered. The projection's are empty without a projection.
     float* plain_layer;
     float* plain_iter;
+    float* plain_proj;
     void* w_layer;   // the group's weight_ih matrices in the pass's oneDNN layout
     void* w_iter;    // its weight_hh matrices
+    void* w_proj;    // its weight_hr matrices
     float* bias;     // (layers, D, 4, H) b_ih + b_hh
     void* dw_layer;  // backward: oneDNN adds weight gradients into these, so they are zeroed
     void* dw_iter;
+    void* dw_proj;
     float* dbias;   // backward: (layers, D, 4, H)
-    float* zeros;   // (L*D, N, H) stands in for an omitted h0, c0, dhn or dcn
-    float* sink_h;  // (L*D, N, H) receives hn (inference) or dh0 (backward) nobody asked for
+    float* zeros;   // (L*D, N, H) stands in for an omitted h0, c0, dhn or dcn (S <= H wide)
+    float* sink_h;  // (L*D, N, S) receives hn (inference) or dh0 (backward) nobody asked for
     float* sink_c;  // (L*D, N, H) the same for cn / dc0
-    // (T, N, D*H) x2 with several groups: inference: the outputs of the groups below the top,
+    // (T, N, D*S) x2 with several groups: inference: the outputs of the groups below the top,
     // alternately; backward: the gradients w.r.t. those outputs, alternately. Else null.
     float* between[2];
     float* dx;  // (T, N, I) backward: receives dx when the caller omits it
@@ -380,23 +443,30 @@ struct Workspace {
 
 inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass pass) {
     const Config& config = plan.config;
-    const int64_t state = config.num_cells() * plan.batch * config.hidden_size;
+    const int64_t c_state = config.num_cells() * plan.batch * config.hidden_size;
+    const int64_t h_state = config.num_cells() * plan.batch * config.state_size();
     const int64_t steps = plan.seq_len * plan.batch;
-    size_t w_layer = 0, w_iter = 0, dw_layer = 0, dw_iter = 0;
-    int64_t bias = 0, plain_layer = 0, plain_iter = 0;
+    // A descriptor's bytes; 0 for the zero descriptor of an absent projection.
+    auto bytes = [](const dnnl::memory::desc& md) { return md ? md.get_size() : size_t{0}; };
+    size_t w_layer = 0, w_iter = 0, w_proj = 0, dw_layer = 0, dw_iter = 0, dw_proj = 0;
+    int64_t bias = 0, plain_layer = 0, plain_iter = 0, plain_proj = 0;
     for (const GroupPlan& gp : plan.groups) {
-        plain_layer = std::max(plain_layer, plain_weights_count(config, gp.group, false));
-        plain_iter = std::max(plain_iter, plain_weights_count(config, gp.group, true));
+        plain_layer = std::max(plain_layer, plain_weights_count(config, gp.group, Matrix::ih));
+        plain_iter = std::max(plain_iter, plain_weights_count(config, gp.group, Matrix::hh));
+        plain_proj = std::max(plain_proj, plain_weights_count(config, gp.group, Matrix::hr));
         if (pass == Pass::backward) {
             const auto& pd = gp.backward.pd;
             w_layer = std::max(w_layer, pd.weights_layer_desc().get_size());
             w_iter = std::max(w_iter, pd.weights_iter_desc().get_size());
+            w_proj = std::max(w_proj, bytes(pd.weights_projection_desc()));
             dw_layer = std::max(dw_layer, pd.diff_weights_layer_desc().get_size());
             dw_iter = std::max(dw_iter, pd.diff_weights_iter_desc().get_size());
+            dw_proj = std::max(dw_proj, bytes(pd.diff_weights_projection_desc()));
         } else {
             const auto& pd = pass == Pass::training ? gp.training.pd : gp.inference.pd;
             w_layer = std::max(w_layer, pd.weights_layer_desc().get_size());
             w_iter = std::max(w_iter, pd.weights_iter_desc().get_size());
+            w_proj = std::max(w_proj, bytes(pd.weights_projection_desc()));
         }
         bias =
             std::max(bias, gp.group.num_layers * config.num_directions() * 4 * config.hidden_size);
@@ -404,17 +474,20 @@ inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass p
     Workspace w{};
     w.plain_layer = carve.take<float>(plain_layer);
     w.plain_iter = carve.take<float>(plain_iter);
+    w.plain_proj = carve.take<float>(plain_proj);
     w.w_layer = carve.take<unsigned char>(w_layer);
     w.w_iter = carve.take<unsigned char>(w_iter);
+    w.w_proj = carve.take<unsigned char>(w_proj);
     w.bias = carve.take<float>(bias);
     if (pass == Pass::backward) {
         w.dw_layer = carve.take<unsigned char>(dw_layer);
         w.dw_iter = carve.take<unsigned char>(dw_iter);
+        w.dw_proj = carve.take<unsigned char>(dw_proj);
         w.dbias = carve.take<float>(bias);
     }
-    w.zeros = carve.take<float>(state);
-    w.sink_h = carve.take<float>(state);
-    w.sink_c = carve.take<float>(state);
+    w.zeros = carve.take<float>(c_state);
+    w.sink_h = carve.take<float>(h_state);
+    w.sink_c = carve.take<float>(c_state);
     if (plan.groups.size() > 1 && pass != Pass::training) {
         // One buffer suffices between two groups; more groups alternate between two.
         w.between[0] = carve.take<float>(steps * config.output_size());
@@ -430,8 +503,8 @@ inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass p
 struct Reserve {
     unsigned char* onednn;  // oneDNN's training workspace of group g at onednn + g * onednn_slot
     size_t onednn_slot;
-    float* between;  // (G-1, T, N, D*H) the output of every group below the top; G = #groups
-    float* hn;       // (L*D, N, H) final states, which oneDNN's backward takes as arguments
+    float* between;  // (G-1, T, N, D*S) the output of every group below the top; G = #groups
+    float* hn;       // (L*D, N, S) final states, which oneDNN's backward takes as arguments
     float* cn;       // (L*D, N, H)
 
     void* group_workspace(size_t g) const { return onednn + g * onednn_slot; }
@@ -439,7 +512,7 @@ struct Reserve {
 
 inline Reserve carve_reserve(detail::Carver& carve, const Plan& plan) {
     const Config& config = plan.config;
-    const int64_t state = config.num_cells() * plan.batch * config.hidden_size;
+    const int64_t cells_n = config.num_cells() * plan.batch;
     const int64_t groups = static_cast<int64_t>(plan.groups.size());
     Reserve r{};
     for (const GroupPlan& gp : plan.groups)
@@ -450,8 +523,8 @@ inline Reserve carve_reserve(detail::Carver& carve, const Plan& plan) {
         groups > 1
             ? carve.take<float>((groups - 1) * plan.seq_len * plan.batch * config.output_size())
             : nullptr;
-    r.hn = carve.take<float>(state);
-    r.cn = carve.take<float>(state);
+    r.hn = carve.take<float>(cells_n * config.state_size());
+    r.cn = carve.take<float>(cells_n * config.hidden_size);
     return r;
 }
 
@@ -485,16 +558,30 @@ inline void add_bias_grads(const Config& config, const Group& group, const float
         }
 }
 
-// Rethrows oneDNN's exceptions as lstm::OutOfMemory (dnnl_out_of_memory) or lstm::BackendError,
-// naming what failed.
+// Rethrows oneDNN's exceptions as lstm::OutOfMemory (dnnl_out_of_memory), lstm::Unsupported
+// (dnnl_unimplemented for a config with a projection: oneDNN's projection LSTM is younger and
+// narrower than its plain one, so a oneDNN build or CPU without it is a limit of this variant, and
+// the caller can fall back to 'basic') or lstm::BackendError, naming what failed.
 template <typename Fn>
-auto onednn_call(const char* what, Fn&& fn) -> decltype(fn()) {
+auto onednn_call(const Config& config, const char* what, Fn&& fn) -> decltype(fn()) {
     try {
         return fn();
     } catch (const dnnl::error& e) {
         const auto message = detail::concat("oneDNN failed ", what, ": ", e.what(),
                                             " (dnnl_status_t ", static_cast<int>(e.status), ")");
         if (e.status == dnnl_out_of_memory) throw OutOfMemory(message);
+        if (e.status == dnnl_unimplemented && config.proj_size > 0) {
+            const dnnl::version_t* v = dnnl::version();
+            // lstm_onednn_cpu_isa() is defined in lstm/registry_onednn.cpp, the file that
+            // includes this header.
+            throw Unsupported(detail::concat(
+                "oneDNN ", v->major, ".", v->minor, ".", v->patch,
+                " has no LSTM with projection (proj_size ", config.proj_size, ", hidden_size ",
+                config.hidden_size, ") for this shape on this CPU (instruction set up to ",
+                lstm_onednn_cpu_isa(),
+                ", capped by DNNL_MAX_CPU_ISA if set); use 'basic', which runs projections. ",
+                message));
+        }
         throw BackendError(message);
     }
 }
@@ -506,17 +593,14 @@ public:
     const char* name() const override { return "onednn"; }
     Device device() const override { return Device::cpu; }
 
-    std::optional<std::string> supports(const Config& config, DType dtype) const override {
+    // Every config in float32. Projections run on oneDNN's LSTM with projection; where oneDNN
+    // lacks it, plan creation throws lstm::Unsupported (onednn_call), since only building the
+    // primitive tells.
+    std::optional<std::string> supports(const Config& /*config*/, DType dtype) const override {
         if (dtype != DType::f32)
             return std::string(
                 "oneDNN's LSTM primitive computes in float32 only; use 'basic' or "
                 "'fused' for float64");
-        // oneDNN 2.6 has an LSTM with projection (weights_projection), but this variant does not
-        // hand it one yet.
-        if (config.proj_size > 0)
-            return std::string(
-                "projections (proj_size > 0) are not wired to oneDNN's projection LSTM yet; "
-                "'basic' runs them");
         return std::nullopt;
     }
 
@@ -569,14 +653,14 @@ protected:
         using namespace onednn_detail;
         const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1));
         std::lock_guard<std::mutex> lock(plan->mutex);
-        onednn_call("in the LSTM forward", [&] { forward_pass(*plan, args); });
+        onednn_call(config, "in the LSTM forward", [&] { forward_pass(*plan, args); });
     }
 
     void run_backward(const Config& config, const BackwardArgs<float>& args) const override {
         using namespace onednn_detail;
         const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1));
         std::lock_guard<std::mutex> lock(plan->mutex);
-        onednn_call("in the LSTM backward", [&] { backward_pass(*plan, args); });
+        onednn_call(config, "in the LSTM backward", [&] { backward_pass(*plan, args); });
     }
 
 private:
@@ -590,16 +674,22 @@ private:
         r.run(plan.stream);
     }
 
-    // ws.w_layer / ws.w_iter <- the group's weight matrices of params in the layouts the pass's
-    // primitive wants, through the plain copies in ws.
+    // ws.w_layer / ws.w_iter / ws.w_proj (with a projection) <- the group's weight matrices of
+    // params (host, flat PyTorch layout) in the layouts the pass's primitive wants, through the
+    // plain copies in ws. Overwrites.
     static void convert_weights(onednn_detail::Plan& plan, const onednn_detail::Group& group,
                                 const float* params, const onednn_detail::Workspace& ws,
-                                onednn_detail::Bound& w_layer, onednn_detail::Bound& w_iter) {
+                                onednn_detail::Bound& w_layer, onednn_detail::Bound& w_iter,
+                                onednn_detail::Bound& w_proj) {
         using namespace onednn_detail;
-        gather_weights(plan.config, group, false, params, ws.plain_layer);
-        gather_weights(plan.config, group, true, params, ws.plain_iter);
+        gather_weights(plan.config, group, Matrix::ih, params, ws.plain_layer);
+        gather_weights(plan.config, group, Matrix::hh, params, ws.plain_iter);
         reorder(plan, w_layer, ws.plain_layer, ws.w_layer, ws.scratchpad);
         reorder(plan, w_iter, ws.plain_iter, ws.w_iter, ws.scratchpad);
+        if (plan.config.proj_size > 0) {
+            gather_weights(plan.config, group, Matrix::hr, params, ws.plain_proj);
+            reorder(plan, w_proj, ws.plain_proj, ws.w_proj, ws.scratchpad);
+        }
     }
 
     // Training forward when args.reserve is set, inference otherwise. Shapes as in ForwardArgs;
@@ -616,10 +706,11 @@ private:
             detail::Carver rs_carve(args.reserve);
             rs = carve_reserve(rs_carve, plan);
         }
-        const int64_t state = plan.batch * config.hidden_size;  // one cell's (N, H)
+        const int64_t h_state = plan.batch * config.state_size();  // one cell's h: (N, S)
+        const int64_t c_state = plan.batch * config.hidden_size;   // one cell's c: (N, H)
         const int64_t layer_out = plan.seq_len * plan.batch * config.output_size();
         if (args.h0.empty() || args.c0.empty())
-            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * state);
+            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * c_state);
         const float* params = args.params.data();
         const float* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
         const float* c0 = args.c0.empty() ? ws.zeros : args.c0.data();
@@ -638,29 +729,32 @@ private:
             const Group& group = gp.group;
             const int64_t cell0 = group.first_layer * config.num_directions();
 
-            convert_weights(plan, group, params, ws, fp.w_layer, fp.w_iter);
+            convert_weights(plan, group, params, ws, fp.w_layer, fp.w_iter, fp.w_proj);
             sum_biases(config, group, params, ws.bias);
 
             Bound& lstm = fp.lstm;
             lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? args.x.data() : group_out(g - 1));
-            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * state);
-            lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * state);
+            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * h_state);
+            lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * c_state);
             lstm.set(DNNL_ARG_WEIGHTS_LAYER, ws.w_layer);
             lstm.set(DNNL_ARG_WEIGHTS_ITER, ws.w_iter);
+            if (config.proj_size > 0) lstm.set(DNNL_ARG_WEIGHTS_PROJECTION, ws.w_proj);
             lstm.set(DNNL_ARG_BIAS, ws.bias);
             lstm.set(DNNL_ARG_DST_LAYER, g + 1 == groups ? args.y.data() : group_out(g));
-            lstm.set(DNNL_ARG_DST_ITER, hn + cell0 * state);
-            lstm.set(DNNL_ARG_DST_ITER_C, cn + cell0 * state);
+            lstm.set(DNNL_ARG_DST_ITER, hn + cell0 * h_state);
+            lstm.set(DNNL_ARG_DST_ITER_C, cn + cell0 * c_state);
             if (training) lstm.set(DNNL_ARG_WORKSPACE, rs.group_workspace(g));
             lstm.set_scratchpad(ws.scratchpad);
             lstm.run(plan.stream);
-            // The next group's weights overwrite ws.w_layer / ws.w_iter / ws.bias.
+            // The next group's weights overwrite ws.w_layer / ws.w_iter / ws.w_proj / ws.bias.
             plan.stream.wait();
         }
         if (training) {
-            const size_t bytes = sizeof(float) * config.num_cells() * state;
-            if (!args.hn.empty()) std::memcpy(args.hn.data(), rs.hn, bytes);
-            if (!args.cn.empty()) std::memcpy(args.cn.data(), rs.cn, bytes);
+            const int64_t cells = config.num_cells();
+            if (!args.hn.empty())
+                std::memcpy(args.hn.data(), rs.hn, sizeof(float) * cells * h_state);
+            if (!args.cn.empty())
+                std::memcpy(args.cn.data(), rs.cn, sizeof(float) * cells * c_state);
         }
     }
 
@@ -673,10 +767,12 @@ private:
         const Workspace ws = carve_workspace(ws_carve, plan, Pass::backward);
         detail::Carver rs_carve(args.reserve);
         const Reserve rs = carve_reserve(rs_carve, plan);
-        const int64_t state = plan.batch * config.hidden_size;
+        const int64_t h_state = plan.batch * config.state_size();  // one cell's h: (N, S)
+        const int64_t c_state = plan.batch * config.hidden_size;   // one cell's c: (N, H)
         const int64_t layer_out = plan.seq_len * plan.batch * config.output_size();
+        const bool projected = config.proj_size > 0;
         if (args.h0.empty() || args.c0.empty() || args.dhn.empty() || args.dcn.empty())
-            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * state);
+            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * c_state);
         const float* params = args.params.data();
         float* dparams = args.dparams.data();
         const float* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
@@ -698,42 +794,51 @@ private:
             const int64_t cell0 = group.first_layer * config.num_directions();
             const bool top = g + 1 == groups;
 
-            convert_weights(plan, group, params, ws, bp.w_layer, bp.w_iter);
+            convert_weights(plan, group, params, ws, bp.w_layer, bp.w_iter, bp.w_proj);
             sum_biases(config, group, params, ws.bias);
             std::memset(ws.dw_layer, 0, bp.pd.diff_weights_layer_desc().get_size());
             std::memset(ws.dw_iter, 0, bp.pd.diff_weights_iter_desc().get_size());
+            if (projected)
+                std::memset(ws.dw_proj, 0, bp.pd.diff_weights_projection_desc().get_size());
             std::memset(ws.dbias, 0, bp.pd.diff_bias_desc().get_size());
 
             Bound& lstm = bp.lstm;
             lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? args.x.data() : rs.between + (g - 1) * layer_out);
-            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * state);
-            lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * state);
+            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * h_state);
+            lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * c_state);
             lstm.set(DNNL_ARG_WEIGHTS_LAYER, ws.w_layer);
             lstm.set(DNNL_ARG_WEIGHTS_ITER, ws.w_iter);
             lstm.set(DNNL_ARG_BIAS, ws.bias);
             lstm.set(DNNL_ARG_DST_LAYER, top ? args.y.data() : rs.between + g * layer_out);
-            lstm.set(DNNL_ARG_DST_ITER, rs.hn + cell0 * state);
-            lstm.set(DNNL_ARG_DST_ITER_C, rs.cn + cell0 * state);
+            lstm.set(DNNL_ARG_DST_ITER, rs.hn + cell0 * h_state);
+            lstm.set(DNNL_ARG_DST_ITER_C, rs.cn + cell0 * c_state);
             lstm.set(DNNL_ARG_DIFF_DST_LAYER, top ? args.dy.data() : group_dout(g));
-            lstm.set(DNNL_ARG_DIFF_DST_ITER, dhn + cell0 * state);
-            lstm.set(DNNL_ARG_DIFF_DST_ITER_C, dcn + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_DST_ITER, dhn + cell0 * h_state);
+            lstm.set(DNNL_ARG_DIFF_DST_ITER_C, dcn + cell0 * c_state);
             lstm.set(DNNL_ARG_DIFF_SRC_LAYER, g == 0 ? dx : group_dout(g - 1));
-            lstm.set(DNNL_ARG_DIFF_SRC_ITER, dh0 + cell0 * state);
-            lstm.set(DNNL_ARG_DIFF_SRC_ITER_C, dc0 + cell0 * state);
+            lstm.set(DNNL_ARG_DIFF_SRC_ITER, dh0 + cell0 * h_state);
+            lstm.set(DNNL_ARG_DIFF_SRC_ITER_C, dc0 + cell0 * c_state);
             lstm.set(DNNL_ARG_DIFF_WEIGHTS_LAYER, ws.dw_layer);
             lstm.set(DNNL_ARG_DIFF_WEIGHTS_ITER, ws.dw_iter);
             lstm.set(DNNL_ARG_DIFF_BIAS, ws.dbias);
+            if (projected) {
+                lstm.set(DNNL_ARG_WEIGHTS_PROJECTION, ws.w_proj);
+                lstm.set(DNNL_ARG_DIFF_WEIGHTS_PROJECTION, ws.dw_proj);
+            }
             lstm.set(DNNL_ARG_WORKSPACE, rs.group_workspace(g));
             lstm.set_scratchpad(ws.scratchpad);
             lstm.run(plan.stream);
 
             // Weight gradients: oneDNN's layout -> the plain one (the weights there were consumed
-            // by the reorders above), then added into dparams.
+            // by the reorders above), then added into dparams. weight_hr's reorder transposes
+            // oneDNN's (H, P) cells back into PyTorch's (P, H) rows.
             reorder(plan, bp.dw_layer, ws.dw_layer, ws.plain_layer, ws.scratchpad);
             reorder(plan, bp.dw_iter, ws.dw_iter, ws.plain_iter, ws.scratchpad);
+            if (projected) reorder(plan, bp.dw_proj, ws.dw_proj, ws.plain_proj, ws.scratchpad);
             plan.stream.wait();
-            add_weight_grads(config, group, false, ws.plain_layer, dparams);
-            add_weight_grads(config, group, true, ws.plain_iter, dparams);
+            add_weight_grads(config, group, Matrix::ih, ws.plain_layer, dparams);
+            add_weight_grads(config, group, Matrix::hh, ws.plain_iter, dparams);
+            if (projected) add_weight_grads(config, group, Matrix::hr, ws.plain_proj, dparams);
             add_bias_grads(config, group, ws.dbias, dparams);
         }
     }
@@ -757,7 +862,7 @@ private:
         plan->config = config;
         plan->seq_len = seq_len;
         plan->batch = batch;
-        onednn_call("creating the LSTM primitive descriptors", [&] {
+        onednn_call(config, "creating the LSTM primitive descriptors", [&] {
             if (!engine_) engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
             plan->engine = engine_;
             for (const Group& group : make_groups(config))

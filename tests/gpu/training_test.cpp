@@ -13,6 +13,7 @@
 
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/context.hpp"
+#include "lstm/io/checkpoint.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/nn/dense_cuda.hpp"
 #include "lstm/nn/model.hpp"
@@ -109,14 +110,14 @@ std::vector<int64_t> lengths_for(const Variant& v, const Shape& s) {
 
 void layer_matches_cpu(const Variant& v, const Shape& s) {
     const Config& cfg = s.config;
-    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size;
+    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size, hs = cfg.state_size();
     const std::vector<int64_t> lengths = lengths_for(v, s);
     const int64_t x_n = s.seq_len * s.batch * cfg.input_size;
-    const int64_t y_n = s.seq_len * s.batch * cfg.output_size(), st_n = cells * s.batch * hidden;
+    const int64_t y_n = s.seq_len * s.batch * cfg.output_size();
+    const int64_t h_n = cells * s.batch * hs, c_n = cells * s.batch * hidden;
     const auto x = test::random_vector<float>(x_n, 21), dy = test::random_vector<float>(y_n, 22);
-    const auto h0 = test::random_vector<float>(st_n, 23), c0 = test::random_vector<float>(st_n, 24);
-    const auto dhn = test::random_vector<float>(st_n, 25),
-               dcn = test::random_vector<float>(st_n, 26);
+    const auto h0 = test::random_vector<float>(h_n, 23), c0 = test::random_vector<float>(c_n, 24);
+    const auto dhn = test::random_vector<float>(h_n, 25), dcn = test::random_vector<float>(c_n, 26);
 
     Lstm host(cfg, "basic");
     cuda::Context ctx;
@@ -129,26 +130,30 @@ void layer_matches_cpu(const Variant& v, const Shape& s) {
     auto up = [&](const std::vector<float>& h) { return Buffer::upload(Device::cuda, h, &ctx); };
     const Buffer xd = up(x), dyd = up(dy), h0d = up(h0), c0d = up(c0), dhnd = up(dhn),
                  dcnd = up(dcn);
-    const std::initializer_list<int64_t> xs = {s.seq_len, s.batch, cfg.input_size};
-    const std::initializer_list<int64_t> ys = {s.seq_len, s.batch, cfg.output_size()};
-    const std::initializer_list<int64_t> ss = {cells, s.batch, hidden};
+    // batch_first layers take (N, T, F) x and dy; the same random data read either way.
+    const int64_t d0 = cfg.batch_first ? s.batch : s.seq_len;
+    const int64_t d1 = cfg.batch_first ? s.seq_len : s.batch;
+    const std::initializer_list<int64_t> xs = {d0, d1, cfg.input_size};
+    const std::initializer_list<int64_t> ys = {d0, d1, cfg.output_size()};
+    const std::initializer_list<int64_t> ss = {cells, s.batch, hs};  // h-like states
+    const std::initializer_list<int64_t> cs = {cells, s.batch, hidden};
     const Span<const int64_t> len(lengths);
 
     const auto y_h = host.forward(TensorView<const float>(x.data(), xs), len,
                                   TensorView<const float>(h0.data(), ss),
-                                  TensorView<const float>(c0.data(), ss));
+                                  TensorView<const float>(c0.data(), cs));
     const auto y_d =
         dev.forward(device_view<const float>(xd, xs), len, device_view<const float>(h0d, ss),
-                    device_view<const float>(c0d, ss));
+                    device_view<const float>(c0d, cs));
     REQUIRE(y_d.device() == Device::cuda);
     host.zero_grad();
     dev.zero_grad();
     const auto dx_h = host.backward(TensorView<const float>(dy.data(), ys),
                                     TensorView<const float>(dhn.data(), ss),
-                                    TensorView<const float>(dcn.data(), ss));
+                                    TensorView<const float>(dcn.data(), cs));
     const auto dx_d =
         dev.backward(device_view<const float>(dyd, ys), device_view<const float>(dhnd, ss),
-                     device_view<const float>(dcnd, ss));
+                     device_view<const float>(dcnd, cs));
 
     const double fwd =
         2 * reference::lstm_rtol(DType::f32, cfg, s.seq_len, reference::Pass::forward);
@@ -158,7 +163,9 @@ void layer_matches_cpu(const Variant& v, const Shape& s) {
         return std::vector<float>(t.data(), t.data() + t.numel());
     };
     INFO("variant " << v.name() << " (cuda) vs basic (cpu), config L" << cfg.num_layers
-                    << (cfg.bidirectional ? " bi" : " uni"));
+                    << (cfg.bidirectional ? " bi" : " uni") << ", proj " << cfg.proj_size
+                    << (cfg.bias ? "" : ", no bias") << (cfg.batch_first ? ", batch_first" : "")
+                    << ", dropout " << cfg.dropout);
     check_close("y", download(y_d, ctx), host_vec(y_h), fwd);
     check_close("hn", download(dev.hn(), ctx), host_vec(host.hn()), fwd);
     check_close("cn", download(dev.cn(), ctx), host_vec(host.cn()), fwd);
@@ -188,6 +195,7 @@ std::vector<ModelProblem> model_problems() {
     for (size_t k = 0; k < frames.size(); ++k) frames[k] = int64_t(k * 7 % 6);
     out.push_back({nn::Head::ce_every_frame, uni, 6, frames, {}});
     out.push_back({nn::Head::ctc, bi, 5, {1, 2, 2, 4, 3, 1}, {3, 2, 1}});
+    out.push_back({nn::Head::ce_final_state, bi, 4, {3, 0, 2}, {}});
     return out;
 }
 
@@ -201,7 +209,7 @@ const char* head_name(nn::Head h) {
             return "ctc";
         case nn::Head::ce_mean_pool:
             return "ce_mean_pool";
-        case nn::Head::ce_final_state:  // host only: never in gpu_problems()
+        case nn::Head::ce_final_state:
             return "ce_final_state";
     }
     return "?";
@@ -375,14 +383,25 @@ TEST_CASE("gpu: sequence head kernels equal the host gathers bit for bit", "[gpu
 }
 
 TEST_CASE("gpu: lstm::Lstm on cuda equals the host layer, for every CUDA variant", "[gpu]") {
+    // The layer-level options too: batch_first transposes and dropout masks run as device
+    // kernels, and a seed draws the same masks on both devices.
+    Config options{5, 7, 3, true};
+    options.batch_first = true;
+    options.dropout = 0.3;
+    options.bias = false;
+    Config projected{5, 7, 2, true};
+    projected.proj_size = 3;
+    projected.dropout = 0.5;
     const std::vector<Shape> shapes = {
         {Config{5, 7, 1, false}, 6, 4, {6, 3, 1, 5}},
         {Config{5, 7, 2, true}, 6, 4, {6, 3, 1, 5}},
+        {options, 6, 4, {6, 3, 1, 5}},
+        {projected, 6, 4, {6, 3, 1, 5}},
     };
     REQUIRE(!variants_on(Device::cuda).empty());
     for (const Variant* v : variants_on(Device::cuda)) {
         for (const Shape& s : shapes) {
-            if (auto why = v->supports(s.config, DType::f32)) {
+            if (auto why = v->supports(s.config.core(), DType::f32)) {
                 WARN(v->name() << " (cuda) skips a config: " << *why);
                 continue;
             }
@@ -415,4 +434,52 @@ TEST_CASE("gpu: one SequenceModel training step on cuda equals it on cpu, every 
             model_step_matches_cpu(*v, p);
         }
     }
+}
+
+TEST_CASE("gpu: a cuda model resumed from a checkpoint trains on bit for bit", "[gpu]") {
+    // Dropout masks drawn on the device and the final-state head on the device, so the file must
+    // carry the random state and every device buffer (LSTM, head, Adam's moments).
+    nn::ModelConfig mc;
+    mc.lstm = Config{5, 6, 2, true};
+    mc.lstm.dropout = 0.3;
+    mc.classes = 3;
+    mc.dense_bias = true;
+    mc.head = nn::Head::ce_final_state;
+    const std::string variant = "basic";  // cuBLAS GEMMs: the same bits on every run
+    const int64_t T = 6, N = 4, I = 5;
+    auto train = [&](nn::SequenceModel<float>& m, int from, int to) {
+        for (int b = from; b < to; ++b) {
+            const auto x = test::random_vector<float>(T * N * I, 700 + b);
+            const std::vector<int64_t> lengths = {6, 3, 5, 6};
+            std::vector<int64_t> targets;
+            for (int64_t n = 0; n < N; ++n) targets.push_back((n + b) % 3);
+            m.train_step(TensorView<const float>(x.data(), {T, N, I}), Span<const int64_t>(lengths),
+                         Span<const int64_t>(targets));
+        }
+    };
+    auto params = [&](nn::SequenceModel<float>& m) {
+        std::vector<float> lstm_p(static_cast<size_t>(param_count(mc.lstm)));
+        m.lstm().store_parameters(Span<float>(lstm_p));
+        std::vector<float> head(static_cast<size_t>(m.dense_cuda().parameter_count()));
+        m.dense_cuda().store_parameters(Span<float>(head));
+        lstm_p.insert(lstm_p.end(), head.begin(), head.end());
+        return lstm_p;
+    };
+    nn::SequenceModel<float> straight(mc, variant, Device::cuda, 11);
+    train(straight, 0, 5);
+    nn::SequenceModel<float> first(mc, variant, Device::cuda, 11);
+    train(first, 0, 2);
+    io::TensorFile file;
+    io::add_checkpoint(file, first);
+    const io::TensorFile read = io::parse_safetensors(io::serialize_safetensors(file));
+    nn::SequenceModel<float> resumed(mc, variant, Device::cuda, 99);
+    io::load_checkpoint(read, resumed);
+    CHECK(resumed.optimizer().steps(0) == 2);
+    CHECK(resumed.lstm().dropout_count() == 2);
+    train(resumed, 2, 5);
+    const std::vector<float> want = params(straight), got = params(resumed);
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    INFO(differ << " of " << got.size() << " parameters differ");
+    CHECK(differ == 0);
 }
