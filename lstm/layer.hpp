@@ -288,8 +288,8 @@ private:
         const DType dtype = dtype_of<T>();
         const int64_t layers = config_.num_layers;
         const bool staged = training && config_.dropout > 0.0 && layers > 1;
-        // Per-layer calls: the largest layer's workspace, every layer's reserve back to back
-        // (each at a 64-byte boundary, as the variants carve from one).
+        // Per-layer calls (dropout): the largest layer's workspace, every layer's reserve back to
+        // back, each from a 64-byte boundary as the variants carve from one.
         workspace_need_ = 0;
         reserve_need_ = 0;
         for (int64_t l = 0; l < (staged ? layers : 1); ++l) {
@@ -297,9 +297,10 @@ private:
             workspace_need_ =
                 std::max(workspace_need_, variant_->workspace_bytes(cl, dtype, seq_len, batch));
             layer_reserve_offset_[static_cast<size_t>(l)] = reserve_need_;
-            if (training)
-                reserve_need_ +=
-                    round_up(variant_->reserve_bytes(cl, dtype, seq_len, batch), kReserveAlign);
+            if (training) {
+                const size_t bytes = variant_->reserve_bytes(cl, dtype, seq_len, batch);
+                reserve_need_ += staged ? round_up(bytes, kReserveAlign) : bytes;
+            }
         }
         const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
         const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
@@ -352,7 +353,7 @@ private:
     }
 
     // A step is one variant call for the whole stack, or, with dropout (staged_), one call per
-    // layer. Call k runs layers [first_layer(k), first_layer(k) + call_layers()) with config
+    // layer. Call k runs layers [k * call_layers(), (k + 1) * call_layers()) with config
     // call_config(k), on the matching slices of every layer-indexed buffer.
     int64_t call_count() const { return staged_ ? config_.num_layers : 1; }
     int64_t call_layers() const { return staged_ ? 1 : config_.num_layers; }

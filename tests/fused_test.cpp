@@ -1,6 +1,7 @@
 // What the registry tests cannot see of the `fused` variant: its instruction-set paths (the
 // registry runs whichever one is automatic), shapes large enough for full micro-tiles, inference
-// forward, mixing paths between forward and backward, thread-count invariance of the SIMD paths,
+// forward, mixing paths between forward and backward, thread-count invariance of the SIMD paths
+// (each with and without a projection), projections and bias=False on every path,
 // every Highway target of kernels/cpu/fused_simd.hpp (not only the AVX2 one the avx2 path runs),
 // the packed weight layouts, the vector gate math against kernels/common/gates.hpp, and the
 // instruction-set switch itself.
@@ -97,10 +98,51 @@ std::vector<Shape> tile_shapes() {
     };
 }
 
+// nn.LSTM(proj_size=P) and nn.LSTM(bias=False) on shapes like the above (Config's fields after
+// bidirectional: proj_size, bias). P = 23 and 17 are no multiple of any vector width; the
+// 30-step one spans more than two weight-gradient chunks, and reverse rows start late in both
+// bidirectional ones. Their own list, so the seeds of the cases above stay what they were.
+std::vector<Shape> option_shapes() {
+    return {
+        {"H 70, I 37, proj 23, bi, 2 layers, mixed lengths",
+         {37, 70, 2, true, 23},
+         6,
+         14,
+         {6, 2, 5, 6, 1, 3, 6, 4, 6, 5, 2, 6, 1, 6},
+         true},
+        {"H 40, I 50, proj 17, no biases, bi, 30 steps, mixed lengths",
+         {50, 40, 1, true, 17, false},
+         30,
+         11,
+         {30, 25, 30, 17, 30, 28, 9, 30, 22, 30, 26},
+         true},
+        {"H 33, I 20, proj 1, uni, no state",
+         {20, 33, 1, false, 1},
+         4,
+         7,
+         {4, 4, 3, 1, 4, 2, 4},
+         false},
+        {"H 36, I 19, no biases, bi, 2 layers", {19, 36, 2, true, 0, false}, 5, 9, {}, true},
+    };
+}
+
+// A projection shape for the tests that check one shape's bits (thread counts, inference).
+Shape projection_shape() { return option_shapes()[0]; }
+
+// make_case() for a shape. With a projection h is no longer bounded by tanh, and at weights
+// uniform in [-1, 1] the recurrence amplifies rounding past any float tolerance (the double
+// results of fused and the reference then part in the 11th digit); such shapes take PyTorch's
+// own init scale, 1 / sqrt(H).
+LstmCase shape_case(const Shape& s, uint64_t seed) {
+    const double scale =
+        s.config.proj_size > 0 ? 1.0 / std::sqrt(static_cast<double>(s.config.hidden_size)) : 1.0;
+    return make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed, scale);
+}
+
 // Runs the fused variant in precision T on `c` and compares everything with the reference.
 template <typename T>
 void check_case(const Shape& s, uint64_t seed, const char* isa) {
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+    const LstmCase c = shape_case(s, seed);
     check_against_reference<T>(fused_variant(), c, seed,
                                std::string("isa ") + isa + ", case: " + s.name);
 }
@@ -130,13 +172,18 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
     for (int64_t len : first.lengths) rows += len;
     REQUIRE(rows > 2 * kernels::cpu::kGradChunk);
     REQUIRE(rows % kernels::cpu::kGradChunk != 0);
-    uint64_t seed = 7000;
+    uint64_t seed = 7000, option_seed = 7600;
     for (FusedIsa isa : available_isas()) {
         const IsaScope scope(isa);
         for (const Shape& s : tile_shapes()) {
             check_case<float>(s, seed, cpu::fused_isa_name(isa));
             if (isa == FusedIsa::eigen) check_case<double>(s, seed, "eigen");
             seed += 10;
+        }
+        for (const Shape& s : option_shapes()) {
+            check_case<float>(s, option_seed, cpu::fused_isa_name(isa));
+            if (isa == FusedIsa::eigen) check_case<double>(s, option_seed, "eigen");
+            option_seed += 10;
         }
     }
 }
@@ -147,47 +194,52 @@ TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]
         LSTM_SKIP("no AVX2 or AVX-512F on this CPU: only the eigen path exists, nothing to mix");
     }
     // All paths write the same reserve layout; a backward may follow a forward of another.
-    const Shape s = tile_shapes()[0];
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 31);
-    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
-    const double bwd = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::backward);
-    for (FusedIsa forward_isa : isas)
-        for (FusedIsa backward_isa : isas) {
-            if (backward_isa == forward_isa) continue;
-            // run_variant calls forward then backward; switch in between through a variant wrapper.
-            struct Switching final : Variant {
-                FusedIsa second;
-                const char* name() const override { return "fused"; }
-                Device device() const override { return Device::cpu; }
-                std::optional<std::string> supports(const Config& cfg, DType dt) const override {
-                    return fused_variant().supports(cfg, dt);
-                }
-                size_t workspace_bytes(const Config& cfg, DType dt, int64_t t,
-                                       int64_t n) const override {
-                    return fused_variant().workspace_bytes(cfg, dt, t, n);
-                }
-                size_t reserve_bytes(const Config& cfg, DType dt, int64_t t,
-                                     int64_t n) const override {
-                    return fused_variant().reserve_bytes(cfg, dt, t, n);
-                }
-                void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {
-                    fused_variant().forward(cfg, a);
-                    cpu::set_fused_isa(second);
-                }
-                void run_backward(const Config& cfg, const BackwardArgs<float>& a) const override {
-                    fused_variant().backward(cfg, a);
-                }
-            } mixed;
-            mixed.second = backward_isa;
-            const IsaScope scope(forward_isa);
-            const VariantResult got = run_variant<float>(mixed, c);
-            INFO("forward " << cpu::fused_isa_name(forward_isa) << ", backward "
-                            << cpu::fused_isa_name(backward_isa));
-            LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
-            LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
-            LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
-            LSTM_CHECK_CLOSE(compare_scaled("dparams", got.dparams, ref_grads.dparams, bwd));
-        }
+    for (const Shape& s : {tile_shapes()[0], projection_shape()}) {
+        const LstmCase c = shape_case(s, 31);
+        const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+        const double bwd = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::backward);
+        for (FusedIsa forward_isa : isas)
+            for (FusedIsa backward_isa : isas) {
+                if (backward_isa == forward_isa) continue;
+                // run_variant calls forward then backward; switch in between through a variant
+                // wrapper.
+                struct Switching final : Variant {
+                    FusedIsa second;
+                    const char* name() const override { return "fused"; }
+                    Device device() const override { return Device::cpu; }
+                    std::optional<std::string> supports(const Config& cfg,
+                                                        DType dt) const override {
+                        return fused_variant().supports(cfg, dt);
+                    }
+                    size_t workspace_bytes(const Config& cfg, DType dt, int64_t t,
+                                           int64_t n) const override {
+                        return fused_variant().workspace_bytes(cfg, dt, t, n);
+                    }
+                    size_t reserve_bytes(const Config& cfg, DType dt, int64_t t,
+                                         int64_t n) const override {
+                        return fused_variant().reserve_bytes(cfg, dt, t, n);
+                    }
+                    void run_forward(const Config& cfg,
+                                     const ForwardArgs<float>& a) const override {
+                        fused_variant().forward(cfg, a);
+                        cpu::set_fused_isa(second);
+                    }
+                    void run_backward(const Config& cfg,
+                                      const BackwardArgs<float>& a) const override {
+                        fused_variant().backward(cfg, a);
+                    }
+                } mixed;
+                mixed.second = backward_isa;
+                const IsaScope scope(forward_isa);
+                const VariantResult got = run_variant<float>(mixed, c);
+                INFO("forward " << cpu::fused_isa_name(forward_isa) << ", backward "
+                                << cpu::fused_isa_name(backward_isa) << ", case: " << s.name);
+                LSTM_CHECK_CLOSE(compare_scaled("dx", got.dx, ref_grads.dx, bwd));
+                LSTM_CHECK_CLOSE(compare_scaled("dh0", got.dh0, ref_grads.dh0, bwd));
+                LSTM_CHECK_CLOSE(compare_scaled("dc0", got.dc0, ref_grads.dc0, bwd));
+                LSTM_CHECK_CLOSE(compare_scaled("dparams", got.dparams, ref_grads.dparams, bwd));
+            }
+    }
 }
 
 TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
@@ -195,29 +247,29 @@ TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
     // outputs in a ping-pong pair instead of the reserve. On the avx512 and avx2 paths every row's
     // sums are the same either way, so the bits are; Eigen picks its blocking from the GEMM's
     // size, so the eigen path agrees to rounding.
-    const Shape s = tile_shapes()[0];
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 57);
-    for (FusedIsa isa : available_isas()) {
-        const IsaScope scope(isa);
-        INFO("isa " << cpu::fused_isa_name(isa));
-        const VariantResult train = run_variant<float>(fused_variant(), c);
-        const VariantResult infer = run_inference<float>(c);
-        if (isa != FusedIsa::eigen) {
-            CHECK(infer.y == train.y);
-            CHECK(infer.hn == train.hn);
-            CHECK(infer.cn == train.cn);
-            continue;
+    for (const Shape& s : {tile_shapes()[0], projection_shape()})
+        for (FusedIsa isa : available_isas()) {
+            const LstmCase c = shape_case(s, 57);
+            const IsaScope scope(isa);
+            INFO("isa " << cpu::fused_isa_name(isa) << ", case: " << s.name);
+            const VariantResult train = run_variant<float>(fused_variant(), c);
+            const VariantResult infer = run_inference<float>(c);
+            if (isa != FusedIsa::eigen) {
+                CHECK(infer.y == train.y);
+                CHECK(infer.hn == train.hn);
+                CHECK(infer.cn == train.cn);
+                continue;
+            }
+            const double rtol = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::forward);
+            LSTM_CHECK_CLOSE(compare_scaled("y", infer.y, train.y, rtol));
+            LSTM_CHECK_CLOSE(compare_scaled("hn", infer.hn, train.hn, rtol));
+            LSTM_CHECK_CLOSE(compare_scaled("cn", infer.cn, train.cn, rtol));
+            const VariantResult train64 = run_variant<double>(fused_variant(), c);
+            const VariantResult infer64 = run_inference<double>(c);
+            LSTM_CHECK_CLOSE(compare_scaled("y (f64)", infer64.y, train64.y, 1e-12));
+            LSTM_CHECK_CLOSE(compare_scaled("hn (f64)", infer64.hn, train64.hn, 1e-12));
+            LSTM_CHECK_CLOSE(compare_scaled("cn (f64)", infer64.cn, train64.cn, 1e-12));
         }
-        const double rtol = lstm_rtol(DType::f32, s.config, s.seq_len, Pass::forward);
-        LSTM_CHECK_CLOSE(compare_scaled("y", infer.y, train.y, rtol));
-        LSTM_CHECK_CLOSE(compare_scaled("hn", infer.hn, train.hn, rtol));
-        LSTM_CHECK_CLOSE(compare_scaled("cn", infer.cn, train.cn, rtol));
-        const VariantResult train64 = run_variant<double>(fused_variant(), c);
-        const VariantResult infer64 = run_inference<double>(c);
-        LSTM_CHECK_CLOSE(compare_scaled("y (f64)", infer64.y, train64.y, 1e-12));
-        LSTM_CHECK_CLOSE(compare_scaled("hn (f64)", infer64.hn, train64.hn, 1e-12));
-        LSTM_CHECK_CLOSE(compare_scaled("cn (f64)", infer64.cn, train64.cn, 1e-12));
-    }
 }
 
 TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread count", "[fused]") {
@@ -226,21 +278,22 @@ TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread co
     }
     // Every output element is summed in the same order whatever the split of blocks, rows and
     // steps among threads, so 1, 2, 3 and 5 threads (5 > blocks of a layer here) agree exactly.
-    const Shape s = tile_shapes()[0];
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 91);
-    for (FusedIsa isa : ordered_isas()) {
-        const IsaScope scope(isa);
-        VariantResult one;
-        {
-            const ThreadScope threads(1);
-            one = run_variant<float>(fused_variant(), c);
+    for (const Shape& s : {tile_shapes()[0], projection_shape()})
+        for (FusedIsa isa : ordered_isas()) {
+            const LstmCase c = shape_case(s, 91);
+            const IsaScope scope(isa);
+            VariantResult one;
+            {
+                const ThreadScope threads(1);
+                one = run_variant<float>(fused_variant(), c);
+            }
+            for (int n : {2, 3, 5}) {
+                const ThreadScope threads(n);
+                INFO("isa " << cpu::fused_isa_name(isa) << ", " << n
+                            << " threads, case: " << s.name);
+                check_identical(run_variant<float>(fused_variant(), c), one);
+            }
         }
-        for (int n : {2, 3, 5}) {
-            const ThreadScope threads(n);
-            INFO("isa " << cpu::fused_isa_name(isa) << ", " << n << " threads");
-            check_identical(run_variant<float>(fused_variant(), c), one);
-        }
-    }
 }
 
 TEST_CASE("fused: a team shrunk under load changes no bits, and the eigen path is never shrunk",
@@ -250,7 +303,7 @@ TEST_CASE("fused: a team shrunk under load changes no bits, and the eigen path i
     // the bits of a fixed 2-thread team: the SIMD paths because their sums do not depend on the
     // team size, the eigen path (float and double) because it is not governed at all.
     const Shape s = tile_shapes()[1];
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 95);
+    const LstmCase c = shape_case(s, 95);
     auto& governor = kernels::cpu::time_loop_governor();
     const auto shrink = [&governor] {
         kernels::cpu::TeamUsage lost_a_core;
@@ -278,7 +331,7 @@ TEST_CASE("fused: workspace and reserve of any alignment give the same bits", "[
     // The interface does not fix the alignment of the caller's buffers (malloc gives 16 bytes),
     // while the AVX-512 kernels use aligned loads and streaming stores on arrays carved from them.
     const Shape s = tile_shapes()[0];
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 93);
+    const LstmCase c = shape_case(s, 93);
     const Config& cfg = s.config;
     const size_t ws_bytes = fused_variant().workspace_bytes(cfg, DType::f32, s.seq_len, s.batch);
     const size_t rs_bytes = fused_variant().reserve_bytes(cfg, DType::f32, s.seq_len, s.batch);
@@ -302,10 +355,38 @@ TEST_CASE("fused: workspace and reserve of any alignment give the same bits", "[
     }
 }
 
+TEST_CASE("fused: with projections and without biases, data + weights equals one call", "[fused]") {
+    // The split weights part forms dW_hr from what the data part left in the reserve (h before
+    // the projection, each step's dh); it must give the one call's bits on every path, and the
+    // data part must leave dparams alone.
+    uint64_t seed = 7800;
+    for (const Shape& s : option_shapes()) {
+        const LstmCase c = shape_case(s, seed);
+        const std::vector<double> before = random_vector(param_count(s.config), seed + 99);
+        for (FusedIsa isa : available_isas()) {
+            const IsaScope scope(isa);
+            INFO("isa " << cpu::fused_isa_name(isa) << ", case: " << s.name);
+            check_identical(
+                reference::run_variant_parts<float>(fused_variant(), c,
+                                                    {BackwardPart::data, BackwardPart::weights}),
+                reference::run_variant_parts<float>(fused_variant(), c, {BackwardPart::all}));
+            const VariantResult data = reference::run_variant_parts<float>(
+                fused_variant(), c, {BackwardPart::data}, before, /*data_sees_dparams=*/true);
+            CHECK(data.dparams == cast_vector<double>(cast_vector<float>(before)));
+            if (isa == FusedIsa::eigen)
+                check_identical(
+                    reference::run_variant_parts<double>(
+                        fused_variant(), c, {BackwardPart::data, BackwardPart::weights}),
+                    reference::run_variant_parts<double>(fused_variant(), c, {BackwardPart::all}));
+        }
+        seed += 10;
+    }
+}
+
 TEST_CASE("fused: the eigen path is bit-identical run to run", "[fused]") {
     // Only for a fixed thread count: Eigen picks its blocking from the sizes each thread sees.
     const Shape s = tile_shapes()[0];
-    const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, 92);
+    const LstmCase c = shape_case(s, 92);
     const IsaScope scope(FusedIsa::eigen);
     check_identical(run_variant<float>(fused_variant(), c), run_variant<float>(fused_variant(), c));
 }
@@ -564,11 +645,17 @@ TEST_CASE("fused: every Highway target matches the reference on full-tile shapes
         TargetKernels::target = target;
         const std::string name = simd_fused_target_name(target);
         for (const Shape& s : tile_shapes()) {
-            const LstmCase c =
-                make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+            const LstmCase c = shape_case(s, seed);
             check_against_reference<float>(variant, c, seed,
                                            "Highway " + name + ", case: " + s.name);
             seed += 10;
+        }
+        uint64_t option_seed = 7700;
+        for (const Shape& s : option_shapes()) {
+            const LstmCase c = shape_case(s, option_seed);
+            check_against_reference<float>(variant, c, option_seed,
+                                           "Highway " + name + ", case: " + s.name);
+            option_seed += 10;
         }
     }
 }

@@ -305,11 +305,11 @@ public:
     Avx512FusedKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
         : lay_(lay), buf_(buf) {}
 
-    // Packs the forward operands of one cell, own blocks: w_ih (4H, in), w_hh (4H, H), biases.
+    // Packs the forward operands of one cell, own blocks: w_ih (4H, in), w_hh (4H, R), biases.
     void pack_forward(const float* w_ih, int64_t in, const float* w_hh, const float* b_ih,
                       const float* b_hh, BlockRange own) const {
         pack_gate_strips(w_ih, in, lay_, own, buf_.w_ih_fwd);
-        pack_gate_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_fwd);
+        pack_gate_strips(w_hh, lay_.recurrent, lay_, own, buf_.w_hh_fwd);
         pack_bias_interleaved(b_ih, b_hh, lay_, own, buf_.bias);
     }
 
@@ -351,9 +351,9 @@ public:
     }
 
     // Packs the backward operands of one cell, rows of the own blocks' gate columns; the caller
-    // puts a barrier before the first backward_step.
+    // puts a barrier before the first backward_step. w_hh null (a projection) packs w_ih alone.
     void pack_backward(const float* w_ih, int64_t in, const float* w_hh, BlockRange own) const {
-        pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
+        if (w_hh != nullptr) pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
         pack_column_strips(w_ih, in, lay_, own, buf_.w_ih_bwd);
     }
 
@@ -369,7 +369,7 @@ public:
     }
 
     // Weight gradients of one cell, the gate rows of the own blocks, ADDED into dw_ih (4H, in)
-    // and dw_hh (4H, H); see PortableFusedKernels::weight_grads.
+    // and dw_hh (4H, R); see PortableFusedKernels::weight_grads.
     void weight_grads(const float* dgates, const RowRun<float>* x_runs, int64_t x_run_count,
                       const RowRun<float>* h_runs, int64_t h_run_count, int64_t in, float* dw_ih,
                       float* dw_hh, BlockRange own) const {
@@ -436,6 +436,7 @@ private:
         template <int MR>
         LSTM_TILE_NOINLINE void tile(int64_t r0) const {
             const int64_t gc = k->lay_.gate_cols, hidden = k->lay_.hidden;
+            const int64_t depth = k->lay_.recurrent;
             const int64_t col = blk * 4 * kUnitBlock, unit = blk * kUnitBlock;
             Vec acc[MR][4];
 #pragma GCC unroll 8
@@ -450,9 +451,9 @@ private:
                                       next, 1);
             }
             avx512::accumulate<MR, 4>(
-                hidden, avx512::RowsA{s->h_prev + r0 * s->ld_h_prev, s->ld_h_prev},
-                avx512::StripsB{k->buf_.w_hh_fwd + blk * 4 * hidden * kUnitBlock,
-                                hidden * kUnitBlock},
+                depth, avx512::RowsA{s->h_prev + r0 * s->ld_h_prev, s->ld_h_prev},
+                avx512::StripsB{k->buf_.w_hh_fwd + blk * 4 * depth * kUnitBlock,
+                                depth * kUnitBlock},
                 acc);
             const __mmask16 valid = avx512::lanes(hidden - unit);
 #pragma GCC unroll 8
@@ -768,9 +769,9 @@ private:
             g.seg_count = chunk_segments(x_runs, x_run_count, x_cursor, k0, len, segs);
             avx512::for_each_panel(0, (in + kUnitBlock - 1) / kUnitBlock, g);
             g.seg_count = chunk_segments(h_runs, h_run_count, h_cursor, k0, len, segs);
-            g.width = lay_.hidden;
+            g.width = lay_.recurrent;
             g.dw = dw_hh;
-            avx512::for_each_panel(0, lay_.blocks, g);
+            avx512::for_each_panel(0, (lay_.recurrent + kUnitBlock - 1) / kUnitBlock, g);
         }
     }
 

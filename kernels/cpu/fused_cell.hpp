@@ -44,18 +44,22 @@ constexpr int64_t kGradPanelCols = 64;
 // Gate columns per packed tile of that GEMM (its micro-tile height).
 constexpr int64_t kGradTileCols = 6;
 
-// Sizes of the interleaved layout for hidden size H.
+// Sizes of the interleaved layout for hidden size H and recurrent width R (the features of h:
+// H, or P with a projection, where the recurrent GEMM reads the projected h).
 struct FusedLayout {
     int64_t hidden;         // H
     int64_t hidden_padded;  // Hp = H rounded up to kUnitBlock
     int64_t blocks;         // nb = Hp / kUnitBlock
     int64_t gate_cols;      // G = 4 Hp
+    int64_t recurrent;      // R: K of the recurrent GEMM, columns of W_hh (4H, R)
 
-    explicit FusedLayout(int64_t h)
+    explicit FusedLayout(int64_t h) : FusedLayout(h, h) {}
+    FusedLayout(int64_t h, int64_t r)
         : hidden(h),
           hidden_padded((h + kUnitBlock - 1) / kUnitBlock * kUnitBlock),
           blocks(hidden_padded / kUnitBlock),
-          gate_cols(4 * hidden_padded) {}
+          gate_cols(4 * hidden_padded),
+          recurrent(r) {}
 
     // Interleaved column of gate `gate` (0..3) of unit `unit`.
     int64_t column(int64_t gate, int64_t unit) const {
@@ -332,14 +336,14 @@ void add_bias_grads(const T* bias_grad, const FusedLayout& lay, BlockRange b, T*
 template <typename T>
 struct ForwardSegment {
     int64_t rows;
-    const T* h_prev;  // (rows, >= H) h_{t-1}, ld_h_prev
+    const T* h_prev;  // (rows, >= R) h_{t-1} (projected with a projection), ld_h_prev
     int64_t ld_h_prev;
     const T* c_prev;  // (rows, Hp) c_{t-1}, ld_c_prev
     int64_t ld_c_prev;
     T* gates;  // (rows, G) ld G: input projection + biases in, activated gates out
     T* c;      // (rows, Hp) c_t out, ld_c (may alias c_prev)
     int64_t ld_c;
-    T* h;  // (rows, >= H) h_t out, units < H only, ld_h
+    T* h;  // (rows, >= H) h_t out (before the projection, if any), units < H only, ld_h
     int64_t ld_h;
 };
 
@@ -380,12 +384,13 @@ enum class ProjectionTarget { per_step, whole_sequence };
 template <typename T>
 struct FusedBuffers {
     T* w_ih_fwd;  // (in_max, G) forward input weights
-    T* w_hh_fwd;  // (H, G) forward recurrent weights
+    T* w_hh_fwd;  // (R, G) forward recurrent weights
     T* bias;      // (G) b_ih + b_hh, interleaved
-    T* w_hh_bwd;  // (G, Hp) recurrent weights for dh_{t-1} = dgates W_hh
+    T* w_hh_bwd;  // (G, Hp) recurrent weights for dh_{t-1} = dgates W_hh (unused with a
+                  // projection: the variant forms that product itself)
     T* w_ih_bwd;  // (G, in_max rounded up to 16) input weights for dx = dgates W_ih
     T* dh;        // (N, Hp) scratch: one step's recurrent gradient
-    T* dw;        // (in_max + H, G) scratch: transposed weight gradients
+    T* dw;        // (in_max + R, G) scratch: transposed weight gradients
     T* a_pack;    // (kGradChunk, G + 6 nb) scratch: a chunk of dgates packed for the AVX-512
                   // weight-gradient GEMM, one region per thread at its own columns
     T* b_pack;    // (nb, kGradChunk, 64) scratch: one panel of that GEMM's partner rows, packed,
@@ -399,12 +404,12 @@ struct FusedBufferSizes {
         const int64_t g = lay.gate_cols,
                       in_pad = (in_max + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
         w_ih_fwd = in_pad * g;
-        w_hh_fwd = lay.hidden * g;
+        w_hh_fwd = lay.recurrent * g;
         bias = g;
         w_hh_bwd = g * lay.hidden_padded;
         w_ih_bwd = g * in_pad;
         dh = batch * lay.hidden_padded;
-        dw = (in_max + lay.hidden) * g;
+        dw = (in_max + lay.recurrent) * g;
         // Each thread pads its columns to whole tiles: less than one tile per block.
         a_pack = kGradChunk * (g + kGradTileCols * lay.blocks);
         // Threads own disjoint block ranges, so a region per block gives every thread its own.
@@ -425,11 +430,11 @@ public:
     PortableFusedKernels(const FusedLayout& lay, const FusedBuffers<T>& buf)
         : lay_(lay), buf_(buf) {}
 
-    // Packs the forward operands of one cell, own columns: w_ih (4H, in), w_hh (4H, H), biases.
+    // Packs the forward operands of one cell, own columns: w_ih (4H, in), w_hh (4H, R), biases.
     void pack_forward(const T* w_ih, int64_t in, const T* w_hh, const T* b_ih, const T* b_hh,
                       BlockRange own) const {
         pack_transposed_interleaved(w_ih, in, lay_, own, buf_.w_ih_fwd);
-        pack_transposed_interleaved(w_hh, lay_.hidden, lay_, own, buf_.w_hh_fwd);
+        pack_transposed_interleaved(w_hh, lay_.recurrent, lay_, own, buf_.w_hh_fwd);
         pack_bias_interleaved(b_ih, b_hh, lay_, own, buf_.bias);
     }
 
@@ -450,16 +455,19 @@ public:
         if (own.count() == 0 || s.rows == 0) return;
         const int64_t c0 = own.begin * 4 * kUnitBlock, n = own.count() * 4 * kUnitBlock;
         const int64_t g = lay_.gate_cols;
-        gemm(false, false, s.rows, n, lay_.hidden, T(1), s.h_prev, s.ld_h_prev, buf_.w_hh_fwd + c0,
-             g, T(1), s.gates + c0, g);
+        gemm(false, false, s.rows, n, lay_.recurrent, T(1), s.h_prev, s.ld_h_prev,
+             buf_.w_hh_fwd + c0, g, T(1), s.gates + c0, g);
         fused_forward_pass(s.rows, lay_, own, s.gates, g, s.c_prev, s.ld_c_prev, s.c, s.ld_c, s.h,
                            s.ld_h);
     }
 
     // Packs the backward operands of one cell, rows of the own blocks; every thread reads all
     // rows afterwards, so the caller puts a barrier between this and the first backward_step.
+    // w_hh null (a projection: the variant forms dh_{t-1} itself and hands backward_step only
+    // dh_carry) packs w_ih alone.
     void pack_backward(const T* w_ih, int64_t in, const T* w_hh, BlockRange own) const {
-        pack_rows_interleaved(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd, lay_.hidden_padded);
+        if (w_hh != nullptr)
+            pack_rows_interleaved(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd, lay_.hidden_padded);
         pack_rows_interleaved(w_ih, in, lay_, own, buf_.w_ih_bwd, in);
     }
 
@@ -487,9 +495,9 @@ public:
     }
 
     // Weight gradients of one cell, rows of the own blocks, ADDED into dw_ih (4H, in) and
-    // dw_hh (4H, H): dW_ih += dG^T X and dW_hh += dG^T H_prev over every valid frame, with
+    // dw_hh (4H, R): dW_ih += dG^T X and dW_hh += dG^T H_prev over every valid frame, with
     // dgates (S, G) compact and the partners given as runs (x_runs: layer input, in features;
-    // h_runs: h_{t-1}).
+    // h_runs: h_{t-1}, R features).
     void weight_grads(const T* dgates, const RowRun<T>* x_runs, int64_t x_run_count,
                       const RowRun<T>* h_runs, int64_t h_run_count, int64_t in, T* dw_ih, T* dw_hh,
                       BlockRange own) const {
@@ -497,9 +505,9 @@ public:
         T* scratch_ih = buf_.dw;
         T* scratch_hh = buf_.dw + in * lay_.gate_cols;
         transposed_grad(dgates, x_runs, x_run_count, in, scratch_ih, own);
-        transposed_grad(dgates, h_runs, h_run_count, lay_.hidden, scratch_hh, own);
+        transposed_grad(dgates, h_runs, h_run_count, lay_.recurrent, scratch_hh, own);
         add_transposed_interleaved(scratch_ih, in, lay_, own, dw_ih);
-        add_transposed_interleaved(scratch_hh, lay_.hidden, lay_, own, dw_hh);
+        add_transposed_interleaved(scratch_hh, lay_.recurrent, lay_, own, dw_hh);
     }
 
     // d_in rows [rows.begin, rows.end) of (S, ld_in), in features: overwritten (accumulate false)

@@ -456,8 +456,8 @@ HWY_NOINLINE void forward_tile(const FusedLayout& lay, const FusedBuffers<float>
         prefetch_rows(s.gates + (r0 + MR) * gc + col, gc, next, 4);
         prefetch_rows(s.c_prev + (r0 + MR) * s.ld_c_prev + unit, s.ld_c_prev, next, 1);
     }
-    accumulate<MR, 4>(hidden, RowsA{s.h_prev + r0 * s.ld_h_prev, s.ld_h_prev},
-                      gate_strips(buf.w_hh_fwd, hidden, blk, part), acc);
+    accumulate<MR, 4>(lay.recurrent, RowsA{s.h_prev + r0 * s.ld_h_prev, s.ld_h_prev},
+                      gate_strips(buf.w_hh_fwd, lay.recurrent, blk, part), acc);
     HWY_UNROLL(8)
     for (int i = 0; i < MR; ++i) {
         const int64_t r = r0 + i;
@@ -780,9 +780,9 @@ void WeightGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const f
         g.seg_count = chunk_segments(x_runs, x_run_count, x_cursor, k0, len, segs);
         panels(in);
         g.seg_count = chunk_segments(h_runs, h_run_count, h_cursor, k0, len, segs);
-        g.width = lay.hidden;
+        g.width = lay.recurrent;
         g.dw = dw_hh;
-        panels(lay.hidden);
+        panels(lay.recurrent);
     }
 }
 
@@ -926,7 +926,7 @@ int64_t SimdFusedKernels::target() const { return ops_->target; }
 void SimdFusedKernels::pack_forward(const float* w_ih, int64_t in, const float* w_hh,
                                     const float* b_ih, const float* b_hh, BlockRange own) const {
     pack_gate_strips(w_ih, in, lay_, own, buf_.w_ih_fwd);
-    pack_gate_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_fwd);
+    pack_gate_strips(w_hh, lay_.recurrent, lay_, own, buf_.w_hh_fwd);
     pack_bias_interleaved(b_ih, b_hh, lay_, own, buf_.bias);
 }
 
@@ -943,7 +943,7 @@ void SimdFusedKernels::forward_step(const ForwardSegment<float>& s, BlockRange o
 
 void SimdFusedKernels::pack_backward(const float* w_ih, int64_t in, const float* w_hh,
                                      BlockRange own) const {
-    pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
+    if (w_hh != nullptr) pack_column_strips(w_hh, lay_.hidden, lay_, own, buf_.w_hh_bwd);
     pack_column_strips(w_ih, in, lay_, own, buf_.w_ih_bwd);
 }
 

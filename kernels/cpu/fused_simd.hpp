@@ -70,7 +70,7 @@ public:
     // The Highway target this set runs.
     int64_t target() const;
 
-    // Packs the forward operands of one cell, own blocks: w_ih (4H, in), w_hh (4H, H) row-major
+    // Packs the forward operands of one cell, own blocks: w_ih (4H, in), w_hh (4H, R) row-major
     // into strips (K, 16) per (block, gate), and b_ih + b_hh (4H each) interleaved. Overwrites.
     void pack_forward(const float* w_ih, int64_t in, const float* w_hh, const float* b_ih,
                       const float* b_hh, BlockRange own) const;
@@ -86,7 +86,7 @@ public:
 
     // Packs the backward operands of one cell, the rows of the own blocks' gate columns: w_hh
     // (4H, H) and w_ih (4H, in) as strips (G, 16) over their columns. Overwrites; the caller puts
-    // a barrier before the first backward_step.
+    // a barrier before the first backward_step. w_hh null (a projection) packs w_ih alone.
     void pack_backward(const float* w_ih, int64_t in, const float* w_hh, BlockRange own) const;
 
     // One backward segment, own blocks: dh = dgates_next W_hh (or dh_carry), then the gate
@@ -97,7 +97,7 @@ public:
     void backward_dh0(int64_t rows, const float* dgates, float* dh0, BlockRange own) const;
 
     // Weight gradients of one cell, the gate rows of the own blocks, ADDED into dw_ih (4H, in)
-    // and dw_hh (4H, H): dG^T X and dG^T H_prev over the compact rows of dgates (S, G), the
+    // and dw_hh (4H, R): dG^T X and dG^T H_prev over the compact rows of dgates (S, G), the
     // partners given as runs (see PortableFusedKernels::weight_grads).
     void weight_grads(const float* dgates, const RowRun<float>* x_runs, int64_t x_run_count,
                       const RowRun<float>* h_runs, int64_t h_run_count, int64_t in, float* dw_ih,

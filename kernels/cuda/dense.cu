@@ -2,34 +2,22 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "kernels/cuda/dense.hpp"
+#include "kernels/cuda/grid_stride.cuh"
 
 namespace lstm::kernels::cuda {
 
 namespace {
 
-// Memory-bound writes: 256 threads per block, a capped grid that loops over larger tensors.
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-unsigned blocks_for(int64_t n) {
-    return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
 template <typename T>
 __global__ void broadcast_bias_kernel(int64_t total, int64_t out_features, const T* bias, T* y) {
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+    for (int64_t i = grid::first_index(); i < total; i += grid::stride())
         broadcast_bias_element(i, out_features, bias, y);
 }
 
 template <typename T>
 __global__ void fill_kernel(int64_t count, T value, T* v) {
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
-        fill_element(i, value, v);
+    for (int64_t i = grid::first_index(); i < count; i += grid::stride()) fill_element(i, value, v);
 }
 
 }  // namespace
@@ -38,14 +26,15 @@ template <typename T>
 void launch_broadcast_bias(int64_t rows, int64_t out_features, const T* bias, T* y, void* stream) {
     const int64_t total = rows * out_features;
     if (total == 0) return;
-    broadcast_bias_kernel<T>
-        <<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(total, out_features, bias, y);
+    broadcast_bias_kernel<T><<<grid::blocks_for(total), grid::kThreads, 0, cudaStream_t(stream)>>>(
+        total, out_features, bias, y);
 }
 
 template <typename T>
 void launch_fill(int64_t count, T value, T* v, void* stream) {
     if (count == 0) return;
-    fill_kernel<T><<<blocks_for(count), kThreads, 0, cudaStream_t(stream)>>>(count, value, v);
+    fill_kernel<T>
+        <<<grid::blocks_for(count), grid::kThreads, 0, cudaStream_t(stream)>>>(count, value, v);
 }
 
 template void launch_broadcast_bias<float>(int64_t, int64_t, const float*, float*, void*);

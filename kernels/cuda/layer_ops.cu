@@ -3,41 +3,28 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "kernels/common/layer_ops.hpp"
+#include "kernels/cuda/grid_stride.cuh"
 
 namespace lstm::kernels::cuda {
 
 namespace {
 
-// Memory-bound element-wise work: 256 threads per block, a grid capped so huge tensors loop
-// instead of launching millions of blocks.
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-unsigned blocks_for(int64_t n) {
-    return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
-
 template <typename T>
 __global__ void dropout_kernel(int64_t count, uint64_t key, double p, T scale, const T* src,
                                T* mask, T* dst) {
-    for (int64_t i = first_index(); i < count; i += grid_stride())
+    for (int64_t i = grid::first_index(); i < count; i += grid::stride())
         dropout_element(i, key, p, scale, src, mask, dst);
 }
 
 template <typename T>
 __global__ void multiply_kernel(int64_t count, const T* src, const T* mask, T* dst) {
-    for (int64_t i = first_index(); i < count; i += grid_stride()) dst[i] = src[i] * mask[i];
+    for (int64_t i = grid::first_index(); i < count; i += grid::stride()) dst[i] = src[i] * mask[i];
 }
 
 template <typename T>
 __global__ void swap_leading_kernel(int64_t a, int64_t b, int64_t c, const T* src, T* dst) {
-    for (int64_t i = first_index(); i < a * b * c; i += grid_stride())
+    for (int64_t i = grid::first_index(); i < a * b * c; i += grid::stride())
         swap_leading_element(i, a, b, c, src, dst);
 }
 
@@ -47,22 +34,23 @@ template <typename T>
 void launch_dropout(int64_t count, uint64_t key, double p, T scale, const T* src, T* mask, T* dst,
                     void* stream) {
     if (count == 0) return;
-    dropout_kernel<T><<<blocks_for(count), kThreads, 0, cudaStream_t(stream)>>>(
+    dropout_kernel<T><<<grid::blocks_for(count), grid::kThreads, 0, cudaStream_t(stream)>>>(
         count, key, p, scale, src, mask, dst);
 }
 
 template <typename T>
 void launch_multiply(int64_t count, const T* src, const T* mask, T* dst, void* stream) {
     if (count == 0) return;
-    multiply_kernel<T>
-        <<<blocks_for(count), kThreads, 0, cudaStream_t(stream)>>>(count, src, mask, dst);
+    multiply_kernel<T><<<grid::blocks_for(count), grid::kThreads, 0, cudaStream_t(stream)>>>(
+        count, src, mask, dst);
 }
 
 template <typename T>
 void launch_swap_leading(int64_t a, int64_t b, int64_t c, const T* src, T* dst, void* stream) {
     if (a * b * c == 0) return;
     swap_leading_kernel<T>
-        <<<blocks_for(a * b * c), kThreads, 0, cudaStream_t(stream)>>>(a, b, c, src, dst);
+        <<<grid::blocks_for(a * b * c), grid::kThreads, 0, cudaStream_t(stream)>>>(a, b, c, src,
+                                                                                   dst);
 }
 
 #define LSTM_INSTANTIATE_LAYER_OPS(T)                                                       \

@@ -3,25 +3,12 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
+#include "kernels/cuda/grid_stride.cuh"
 #include "kernels/cuda/sequence.hpp"
 
 namespace lstm::kernels::cuda {
 
 namespace {
-
-// Memory-bound copies: 256 threads per block, a grid capped so huge tensors loop instead of
-// launching millions of blocks.
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-unsigned blocks_for(int64_t n) {
-    return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
 // One element body of kernels/cuda/sequence.hpp: element `idx` of (src -> dst).
 template <typename T>
@@ -31,7 +18,7 @@ using ElementBody = void (*)(int64_t idx, int64_t steps, int64_t batch, int64_t 
 template <typename T, ElementBody<T> Body>
 __global__ void sequence_kernel(int64_t total, int64_t steps, int64_t batch, int64_t features,
                                 const int64_t* lengths, const T* src, T* dst) {
-    for (int64_t i = first_index(); i < total; i += grid_stride())
+    for (int64_t i = grid::first_index(); i < total; i += grid::stride())
         Body(i, steps, batch, features, lengths, src, dst);
 }
 
@@ -41,7 +28,7 @@ template <typename T, ElementBody<T> Body>
 void launch(int64_t total, int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
             const T* src, T* dst, void* stream) {
     if (total == 0) return;
-    sequence_kernel<T, Body><<<blocks_for(total), kThreads, 0, cudaStream_t(stream)>>>(
+    sequence_kernel<T, Body><<<grid::blocks_for(total), grid::kThreads, 0, cudaStream_t(stream)>>>(
         total, steps, batch, features, lengths, src, dst);
 }
 

@@ -42,6 +42,18 @@
 // only them (re-gathering the layer-0 input and h0, which live in the workspace). `all` runs a
 // cell's GEMMs right after its loop, so the three give the same bits.
 //
+// Projections (proj_size P > 0, LSTMP): h_t = W_hr (o_t * tanh(c_t)) has P < H features. The
+// kernel sets run the cell as without one, their recurrent GEMM just reads P features instead of
+// H (FusedLayout::recurrent), and write h before the projection ("h_raw", own units) where h
+// would go; a barrier, then the projection h = h_raw W_hr^T, split across the team by columns of
+// P, writes the layer output the next step reads. Backward adds one phase per step in front of
+// the kernel's: the gradient reaching the projected h_t (dy plus dgates_{t+1} W_hh, P columns per
+// thread), a barrier, then dh_raw = dh W_hr for the own units, which the kernel's pass takes as
+// its carried dh. The reserve keeps h_raw and each step's dh, from which the weight gradients
+// form dW_hr. Both extra products are plain loops summing every element in a fixed order, so the
+// same-bits-for-any-team promise below holds with projections too. Without a projection none of
+// this runs and the layout is the one above.
+//
 // Determinism: results are bit-identical run to run for a fixed thread count. On the avx512 and
 // avx2 paths they are also identical for any thread count (every output element is summed in the
 // same order whatever the split); the eigen path does not promise that (Eigen picks its blocking
@@ -190,7 +202,7 @@ struct Workspace {
     int64_t* lengths;  // (N) length of sorted row r
     RowRun<T>* runs;   // (2T + 2) partners of h_{t-1} in the recurrent weight gradient
     T* x_sorted;       // (S, x_stride) the layer-0 input
-    T* ping;           // (S, W) W = max(x_stride, D*H): inference layer output / backward d_out
+    T* ping;           // (S, W) W = max(x_stride, D*sw): inference layer output / backward d_out
     T* pong;           // (S, W) the other half of the pair
     T* gates;          // (N, G) inference: one step's gates (training keeps all in the reserve)
     T* h_init;         // (N, Hp) this cell's h0, sorted, zero-padded
@@ -200,22 +212,32 @@ struct Workspace {
     T* dhn;            // (N, Hp) backward: dhn of this cell, sorted
     T* dh0;            // (N, Hp) backward: gradient w.r.t. h0, sorted
     FusedBuffers<T> kern;
+    // Projections only (null without); h_init, dhn and dh0 above then hold P < Hp columns.
+    T* h_raw;      // (N, Hp) inference: one step's h before the projection; backward: one step's
+                   // gradient reaching it
+    T* wr_t;       // (H, P) W_hr transposed, for the forward projection
+    T* w_hh_rows;  // (G, P) W_hh rows in interleaved gate order, for dh = dgates W_hh
+    T* zeros;      // (Hp) a zero row: the kernel's dy, as dy enters through dh with a projection
 };
 
 // What a training forward leaves for backward, rows compact and sorted.
 template <typename T>
 struct Reserve {
-    T* out;    // (L, S, D*H) every layer's output
+    T* out;    // (L, S, D*sw) every layer's output (sw = config.state_size())
     T* gates;  // (L*D, S, G) activated gates, interleaved; backward overwrites them with dgates
     T* cell;   // (L*D, S, Hp) c_t
     T* dbias;  // (L*D, G) backward: each cell's bias gradient, from the data part to the weights
                // part (the forward leaves it alone)
+    // Projections only (null without).
+    T* h_raw;  // (L*D, S, Hp) h_t before the projection, units < H
+    T* dh;     // (L*D, S, P) backward: the gradient reaching each projected h_t, from the data part
+               // to the weights part (dW_hr)
 };
 
 template <typename T>
 Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_t seq_len,
                              int64_t batch) {
-    const FusedLayout lay(config.hidden_size);
+    const FusedLayout lay(config.hidden_size, config.state_size());
     const int64_t rows = seq_len * batch, hp = lay.hidden_padded;
     const int64_t width = std::max(x_stride(config), config.output_size());
     Workspace<T> w{};
@@ -240,19 +262,29 @@ Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_
     w.kern.dw = carve.take<T>(sizes.dw);
     w.kern.a_pack = carve.take<T>(sizes.a_pack);
     w.kern.b_pack = carve.take<T>(sizes.b_pack);
+    if (config.proj_size > 0) {
+        w.h_raw = carve.take<T>(batch * hp);
+        w.wr_t = carve.take<T>(config.hidden_size * config.proj_size);
+        w.w_hh_rows = carve.take<T>(lay.gate_cols * config.proj_size);
+        w.zeros = carve.take<T>(hp);
+    }
     return w;
 }
 
 template <typename T>
 Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t seq_len,
                          int64_t batch) {
-    const FusedLayout lay(config.hidden_size);
+    const FusedLayout lay(config.hidden_size, config.state_size());
     const int64_t rows = seq_len * batch;
     Reserve<T> r{};
     r.out = carve.take<T>(config.num_layers * rows * config.output_size());
     r.gates = carve.take<T>(config.num_cells() * rows * lay.gate_cols);
     r.cell = carve.take<T>(config.num_cells() * rows * lay.hidden_padded);
     r.dbias = carve.take<T>(config.num_cells() * lay.gate_cols);
+    if (config.proj_size > 0) {
+        r.h_raw = carve.take<T>(config.num_cells() * rows * lay.hidden_padded);
+        r.dh = carve.take<T>(config.num_cells() * rows * config.proj_size);
+    }
     return r;
 }
 
@@ -282,7 +314,10 @@ template <typename T, typename K>
 class FusedLoop {
 public:
     FusedLoop(const Config& config, int64_t seq_len, int64_t batch)
-        : config_(config), lay_(config.hidden_size), seq_len_(seq_len), batch_(batch) {}
+        : config_(config),
+          lay_(config.hidden_size, config.state_size()),
+          seq_len_(seq_len),
+          batch_(batch) {}
 
     void forward(const ForwardArgs<T>& args) const {
         detail::Carver ws_carve = detail::carver_from_boundary(args.workspace);
@@ -334,7 +369,11 @@ private:
             kernels::cpu::block_range(lay_.blocks, omp_get_thread_num(), omp_get_num_threads());
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size(), rows = rows_total(ws);
+        const int64_t proj = config_.proj_size, sw = config_.state_size();
         const BlockRange steps = my_share(seq_len_);
+        // With a projection, h0 / hn and the projection's columns split by P, not by own units.
+        const BlockRange hcols =
+            proj > 0 ? my_share(proj) : BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
         kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
                                      ws.batch.active, ws.offsets, steps.begin, steps.end,
                                      ws.x_sorted, x_stride(config_));
@@ -352,6 +391,8 @@ private:
                 kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
                                   p.has_bias() ? params + p.bias_ih : nullptr,
                                   p.has_bias() ? params + p.bias_hh : nullptr, own);
+                // Each thread packs the columns of W_hr^T it projects into, so no barrier.
+                if (proj > 0) pack_projection(params + p.weight_hr, ws.wr_t, hcols);
                 // Training projects every frame at once into the reserve; inference projects one
                 // step at a time into an (N, G) buffer instead of holding (S, G) of scratch. Each
                 // row's sums are the same either way, so both give the same bits.
@@ -360,14 +401,18 @@ private:
                     kern.input_projection(layer_in, ld_in, rows, in, gates, own,
                                           kernels::cpu::ProjectionTarget::whole_sequence);
                 const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
-                const int64_t state = cell * batch_ * hidden;
-                kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
-                                                 batch_, hidden, ws.batch.order, u0, u1, ws.h_init,
-                                                 hp);
+                const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
+                kernels::cpu::gather_state_units(
+                    args.h0.empty() ? nullptr : args.h0.data() + h_state, batch_, sw,
+                    ws.batch.order, hcols.begin, hcols.end, ws.h_init, hp);
                 kernels::cpu::gather_state_units(args.c0.empty() ? nullptr : args.c0.data() + state,
                                                  batch_, hidden, ws.batch.order, u0, u1, ws.c_init,
                                                  hp);
                 T* cells = training ? rs.cell + cell * seq_len_ * batch_ * hp : nullptr;
+                // Where the kernel writes h before the projection (null: it writes h itself).
+                T* h_raw = proj == 0  ? nullptr
+                           : training ? rs.h_raw + cell * seq_len_ * batch_ * hp
+                                      : ws.h_raw;
                 if (!training)
                     for (int64_t r = 0; r < batch_; ++r)
                         std::copy(ws.c_init + r * hp + u0, ws.c_init + r * hp + u1,
@@ -380,10 +425,16 @@ private:
                         kern.input_projection(layer_in + ws.offsets[t] * ld_in, ld_in,
                                               ws.batch.active[t], in, step_gates, own,
                                               kernels::cpu::ProjectionTarget::per_step);
-                    forward_step(ws, d, s, step_gates, cells, layer_out, kern, own);
+                    T* step_h_raw = h_raw && training ? h_raw + ws.offsets[t] * hp : h_raw;
+                    forward_step(ws, d, s, step_gates, cells, step_h_raw, layer_out, kern, own);
+                    if (proj > 0) {
+                        // The projection reads every unit of h_raw.
+#pragma omp barrier
+                        project_step(ws, d, t, step_h_raw, layer_out, hcols);
+                    }
 #pragma omp barrier
                 }
-                write_final_state(args, ws, d, cell, cells, layer_out, u0, u1);
+                write_final_state(args, ws, d, cell, cells, layer_out, u0, u1, hcols);
             }
             layer_in = layer_out;
             ld_in = out_width;
@@ -395,11 +446,13 @@ private:
 
     // Step s of direction d, gates (active rows, G) holding its input projection: rows that
     // continue read the previous step's h and c, rows that start here (only the reverse
-    // direction starts sequences late) read the initial state.
-    void forward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, T* cells,
+    // direction starts sequences late) read the initial state. h_raw (active rows, Hp), host,
+    // non-null with a projection: the kernel overwrites it with h before the projection (own
+    // units) instead of writing the layer output.
+    void forward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, T* cells, T* h_raw,
                       T* layer_out, const K& kern, BlockRange own) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
-        const int64_t out_width = config_.output_size(), dir_col = d * lay_.hidden;
+        const int64_t out_width = config_.output_size(), dir_col = d * config_.state_size();
         const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
         const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
         const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
@@ -410,8 +463,8 @@ private:
         seg.gates = gates;
         seg.c = c_now;
         seg.ld_c = hp;
-        seg.h = layer_out + row * out_width + dir_col;
-        seg.ld_h = out_width;
+        seg.h = h_raw ? h_raw : layer_out + row * out_width + dir_col;
+        seg.ld_h = h_raw ? hp : out_width;
         if (split > 0) {
             seg.rows = split;
             seg.h_prev = layer_out + row_prev * out_width + dir_col;
@@ -428,29 +481,62 @@ private:
             seg.ld_c_prev = hp;
             seg.gates = gates + split * gc;
             seg.c = c_now + split * hp;
-            seg.h = layer_out + (row + split) * out_width + dir_col;
+            seg.h = h_raw ? h_raw + split * hp : layer_out + (row + split) * out_width + dir_col;
             kern.forward_step(seg, own);
         }
     }
 
-    // hn / cn of one cell, own units: each row's state at its last processed step.
+    // hn (columns hcols of its sw = config.state_size() features) / cn (own units [u0, u1) of H)
+    // of one cell: each row's state at its last processed step, into the caller's (L*D, N, sw) /
+    // (L*D, N, H) host tensors, overwritten.
     void write_final_state(const ForwardArgs<T>& args, const Workspace<T>& ws, int64_t d,
-                           int64_t cell, const T* cells, const T* layer_out, int64_t u0,
-                           int64_t u1) const {
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded;
+                           int64_t cell, const T* cells, const T* layer_out, int64_t u0, int64_t u1,
+                           BlockRange hcols) const {
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, sw = config_.state_size();
         const int64_t out_width = config_.output_size(), end = std::min(u1, hidden);
-        const int64_t state = cell * batch_ * hidden;
+        const int64_t h_end = std::min(hcols.end, sw);
         for (int64_t r = 0; r < batch_; ++r) {
             const int64_t t_last = d == 0 ? ws.lengths[r] - 1 : 0;
             const int64_t row = ws.offsets[t_last] + r;
-            const int64_t dst = state + ws.batch.order[r] * hidden;
             if (!args.hn.empty()) {
-                const T* h = layer_out + row * out_width + d * hidden;
-                for (int64_t u = u0; u < end; ++u) args.hn[dst + u] = h[u];
+                const int64_t dst = (cell * batch_ + ws.batch.order[r]) * sw;
+                const T* h = layer_out + row * out_width + d * sw;
+                for (int64_t u = hcols.begin; u < h_end; ++u) args.hn[dst + u] = h[u];
             }
             if (!args.cn.empty()) {
+                const int64_t dst = (cell * batch_ + ws.batch.order[r]) * hidden;
                 const T* c = cells ? cells + row * hp : ws.c_run + r * hp;
                 for (int64_t u = u0; u < end; ++u) args.cn[dst + u] = c[u];
+            }
+        }
+    }
+
+    // wr_t (H, P) host, columns hcols overwritten <- W_hr (P, H) row-major, transposed, so the
+    // projection's inner loop runs along contiguous output columns.
+    void pack_projection(const T* w_hr, T* wr_t, BlockRange hcols) const {
+        const int64_t hidden = lay_.hidden, proj = config_.proj_size;
+        for (int64_t u = 0; u < hidden; ++u)
+            for (int64_t q = hcols.begin; q < hcols.end; ++q)
+                wr_t[u * proj + q] = w_hr[q * hidden + u];
+    }
+
+    // The projection of step t of direction d: layer_out rows of the step, columns d P + hcols,
+    // overwritten <- h_raw (active rows, Hp; units < H) W_hr^T, with wr_t packed. Every element
+    // sums over units in order, whatever the split of columns, so the bits do not depend on the
+    // team size.
+    void project_step(const Workspace<T>& ws, int64_t d, int64_t t, const T* h_raw, T* layer_out,
+                      BlockRange hcols) const {
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, proj = config_.proj_size;
+        const int64_t out_width = config_.output_size(), n = ws.batch.active[t];
+        if (hcols.count() == 0) return;
+        for (int64_t r = 0; r < n; ++r) {
+            T* out = layer_out + (ws.offsets[t] + r) * out_width + d * proj;
+            const T* in = h_raw + r * hp;
+            std::fill(out + hcols.begin, out + hcols.end, T(0));
+            for (int64_t u = 0; u < hidden; ++u) {
+                const T a = in[u];
+                const T* w = ws.wr_t + u * proj;
+                for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += a * w[q];
             }
         }
     }
@@ -468,6 +554,8 @@ private:
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size(), rows = rows_total(ws);
         const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const int64_t proj = config_.proj_size, sw = config_.state_size();
+        const BlockRange hcols = proj > 0 ? my_share(proj) : BlockRange{u0, u1};
         const BlockRange steps = my_share(seq_len_);
         // The layer-0 input is only a partner of the input-weight gradient.
         if (weights)
@@ -475,7 +563,7 @@ private:
                                          ws.batch.active, ws.offsets, steps.begin, steps.end,
                                          ws.x_sorted, x_stride(config_));
         if (!data) {
-            weights_team(args, ws, rs, kern, own);
+            weights_team(args, ws, rs, kern, own, hcols);
             return;
         }
         // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
@@ -491,7 +579,7 @@ private:
             const bool want_d_in = l > 0 || !args.dx.empty();
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
                 const int64_t cell = l * config_.num_directions() + d;
-                const int64_t state = cell * batch_ * hidden;
+                const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
                 const CellOffsets p = cell_offsets(config_, l, d);
                 T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
                 const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
@@ -499,26 +587,52 @@ private:
                 // Other threads may still read the packed weights or the states of the previous
                 // cell (dx, weight gradients): wait before overwriting them.
 #pragma omp barrier
-                kern.pack_backward(params + p.weight_ih, in, params + p.weight_hh, own);
+                // With a projection the kernel set gets no W_hh: dh = dgates W_hh is P wide and
+                // formed by projected_grad, from rows every thread reads after the barrier below.
+                kern.pack_backward(params + p.weight_ih, in,
+                                   proj > 0 ? nullptr : params + p.weight_hh, own);
+                if (proj > 0) {
+                    kernels::cpu::pack_rows_interleaved(params + p.weight_hh, proj, lay_, own,
+                                                        ws.w_hh_rows, proj);
+                    std::fill(ws.zeros + u0, ws.zeros + u1, T(0));
+                }
                 auto gather = [&](const TensorView<const T>& v, T* dst) {
                     kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + state, batch_,
                                                      hidden, ws.batch.order, u0, u1, dst, hp);
                 };
+                // h-shaped states: sw features, split by hcols.
+                auto gather_h = [&](const TensorView<const T>& v, T* dst) {
+                    kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + h_state,
+                                                     batch_, sw, ws.batch.order, hcols.begin,
+                                                     hcols.end, dst, hp);
+                };
                 gather(args.c0, ws.c_init);
-                gather(args.dhn, ws.dhn);
+                gather_h(args.dhn, ws.dhn);
                 gather(args.dcn, ws.dc_run);
                 std::fill(dbias + u0 * 4, dbias + u1 * 4, T(0));
                 if (weights) {
-                    gather(args.h0, ws.h_init);
+                    gather_h(args.h0, ws.h_init);
                     if (omp_get_thread_num() == 0) make_h_runs(ws, d, layer_out);
                 }
 #pragma omp barrier
-                for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                    backward_step(ws, d, s, gates, cells, dbias, d_out, kern, own);
+                if (proj == 0) {
+                    for (int64_t s = seq_len_ - 1; s >= -1; --s) {
+                        backward_step(ws, d, s, gates, cells, dbias, d_out, kern, own);
 #pragma omp barrier
+                    }
+                } else {
+                    T* dh = rs.dh + cell * seq_len_ * batch_ * proj;
+                    for (int64_t s = seq_len_ - 1; s >= -1; --s) {
+                        projected_grad(ws, d, s, gates, dh, d_out, hcols);
+                        // The gate pass reads every column of this step's dh.
+#pragma omp barrier
+                        backward_step_proj(ws, d, s, gates, cells, dbias, dh, params + p.weight_hr,
+                                           kern, own);
+#pragma omp barrier
+                    }
                 }
-                if (weights) cell_weight_grads(args, ws, rs, l, d, kern, own);
-                write_state_grads(args, ws, state, u0, u1);
+                if (weights) cell_weight_grads(args, ws, rs, l, d, kern, own, hcols);
+                write_state_grads(args, ws, state, h_state, u0, u1, hcols);
                 if (want_d_in) kern.input_grads(gates, my_share(rows), in, d_in, in, d > 0);
             }
 #pragma omp barrier
@@ -534,21 +648,20 @@ private:
     // in the reserve. The workspace did not survive the data call, so the layer-0 input (the
     // caller gathers it) and each cell's h0 are gathered again; everything else is in the reserve.
     void weights_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                      const K& kern, BlockRange own) const {
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded;
-        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+                      const K& kern, BlockRange own, BlockRange hcols) const {
+        const int64_t hp = lay_.hidden_padded, sw = config_.state_size();
         const int64_t rows = rows_total(ws), out_width = config_.output_size();
         for (int64_t l = 0; l < config_.num_layers; ++l)
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                const int64_t state = (l * config_.num_directions() + d) * batch_ * hidden;
+                const int64_t state = (l * config_.num_directions() + d) * batch_ * sw;
                 // Other threads may still read the previous cell's h0 rows and runs.
 #pragma omp barrier
                 kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
-                                                 batch_, hidden, ws.batch.order, u0, u1, ws.h_init,
-                                                 hp);
+                                                 batch_, sw, ws.batch.order, hcols.begin, hcols.end,
+                                                 ws.h_init, hp);
                 if (omp_get_thread_num() == 0) make_h_runs(ws, d, rs.out + l * rows * out_width);
 #pragma omp barrier
-                cell_weight_grads(args, ws, rs, l, d, kern, own);
+                cell_weight_grads(args, ws, rs, l, d, kern, own, hcols);
             }
     }
 
@@ -556,9 +669,11 @@ private:
     // (PyTorch layout, host): dgates (S, G) and the bias gradient (G) come from the reserve, the
     // partners from the layer input (x_sorted or the layer below's output) and the h runs that
     // make_h_runs built for this cell (needs a barrier after it).
+    // With a projection also dW_hr (P, H) += sum over frames of dh^T h_raw, rows hcols of it,
+    // from the reserve's dh (S, P) and h_raw (S, Hp).
     void cell_weight_grads(const BackwardArgs<T>& args, const Workspace<T>& ws,
                            const Reserve<T>& rs, int64_t l, int64_t d, const K& kern,
-                           BlockRange own) const {
+                           BlockRange own, BlockRange hcols) const {
         const int64_t gc = lay_.gate_cols, rows = rows_total(ws);
         const int64_t out_width = config_.output_size(), in = config_.layer_input_size(l);
         const int64_t cell = l * config_.num_directions() + d;
@@ -572,6 +687,103 @@ private:
         if (p.has_bias())
             kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
                                          grads + p.bias_hh);
+        if (p.has_projection()) {
+            const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, proj = config_.proj_size;
+            const T* dh = rs.dh + cell * seq_len_ * batch_ * proj;
+            const T* h_raw = rs.h_raw + cell * seq_len_ * batch_ * hp;
+            for (int64_t q = hcols.begin; q < hcols.end; ++q) {
+                T* dw = grads + p.weight_hr + q * hidden;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const T a = dh[r * proj + q];
+                    const T* h = h_raw + r * hp;
+                    for (int64_t u = 0; u < hidden; ++u) dw[u] += a * h[u];
+                }
+            }
+        }
+    }
+
+    // Projections, backward step s of direction d (s = -1: only d(h0) of the first step), columns
+    // hcols of P: dh (S, P) compact, this step's rows overwritten with the gradient reaching the
+    // projected h_t (dy, plus dgates_{t+1} W_hh or dhn), and ws.dh0 (N, Hp; P columns) rows of
+    // sequences whose first step was the next one overwritten with dgates_{t+1} W_hh. Reads the
+    // next step's dgates from gates (S, G). Host; every element sums over gate columns in order.
+    void projected_grad(const Workspace<T>& ws, int64_t d, int64_t s, const T* gates, T* dh,
+                        const T* d_out, BlockRange hcols) const {
+        const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols, proj = config_.proj_size;
+        const int64_t out_width = config_.output_size();
+        if (hcols.count() == 0) return;
+        const int64_t t = s >= 0 ? step_time(s, seq_len_, d) : 0;
+        const int64_t n = s >= 0 ? ws.batch.active[t] : 0;
+        const bool has_next = s + 1 < seq_len_;
+        const int64_t t_next = has_next ? step_time(s + 1, seq_len_, d) : 0;
+        const int64_t n_next = has_next ? ws.batch.active[t_next] : 0;
+        const T* dg_next = gates + ws.offsets[t_next] * gc;
+        for (int64_t r = 0; r < std::max(n, n_next); ++r) {
+            T* out = r < n ? dh + (ws.offsets[t] + r) * proj : ws.dh0 + r * hp;
+            if (r < n_next) {
+                // The recurrent part: dgates_{t+1} W_hh over the interleaved gate rows.
+                std::fill(out + hcols.begin, out + hcols.end, T(0));
+                const T* dg = dg_next + r * gc;
+                for (int64_t c = 0; c < gc; ++c) {
+                    const T a = dg[c];
+                    const T* w = ws.w_hh_rows + c * proj;
+                    for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += a * w[q];
+                }
+            } else {
+                std::copy(ws.dhn + r * hp + hcols.begin, ws.dhn + r * hp + hcols.end,
+                          out + hcols.begin);
+            }
+            if (r < n) {
+                const T* dy = d_out + (ws.offsets[t] + r) * out_width + d * proj;
+                for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += dy[q];
+            }
+        }
+    }
+
+    // Projections, backward step s of direction d after projected_grad (and a barrier): own
+    // units of ws.h_raw (N, Hp) overwritten with dh_raw = dh W_hr (w_hr (P, H) row-major, host;
+    // padded units 0), which the kernel's pass then takes as the carried gradient, dy being in dh
+    // already. Rows split where c_{t-1} changes source; dbias (G) gets the dgates ADDED.
+    void backward_step_proj(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, const T* cells,
+                            T* dbias, const T* dh, const T* w_hr, const K& kern,
+                            BlockRange own) const {
+        if (s < 0) return;
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t proj = config_.proj_size;
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const int64_t end = std::min(u1, hidden);
+        const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
+        const int64_t row = ws.offsets[t];
+        for (int64_t r = 0; r < n; ++r) {
+            T* out = ws.h_raw + r * hp;
+            std::fill(out + u0, out + u1, T(0));
+            const T* g = dh + (row + r) * proj;
+            for (int64_t q = 0; q < proj; ++q) {
+                const T a = g[q];
+                const T* w = w_hr + q * hidden;
+                for (int64_t u = u0; u < end; ++u) out[u] += a * w[u];
+            }
+        }
+        const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
+        const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
+        const int64_t split = std::min(n_prev, n), row_prev = ws.offsets[t_prev];
+        const int64_t cuts[3] = {0, split, n};
+        for (int i = 0; i < 2; ++i) {
+            const int64_t a = cuts[i], b = cuts[i + 1];
+            if (b <= a) continue;
+            kernels::cpu::BackwardSegment<T> seg{};
+            seg.rows = b - a;
+            seg.dgates_next = nullptr;
+            seg.dh_carry = ws.h_raw + a * hp;
+            seg.dy = ws.zeros;
+            seg.ld_dy = 0;
+            seg.gates = gates + (row + a) * gc;
+            seg.c = cells + (row + a) * hp;
+            seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : ws.c_init + a * hp;
+            seg.dc = ws.dc_run + a * hp;
+            seg.bias_grad = dbias;
+            kern.backward_step(seg, own);
+        }
     }
 
     // Backward step s of direction d (s = -1: only the initial-state gradient of the first
@@ -619,7 +831,7 @@ private:
     // where consecutive; sets h_run_count_. Called by one thread.
     void make_h_runs(const Workspace<T>& ws, int64_t d, const T* layer_out) const {
         const int64_t hp = lay_.hidden_padded, out_width = config_.output_size();
-        const T* h_out = layer_out + d * lay_.hidden;
+        const T* h_out = layer_out + d * config_.state_size();
         int64_t count = 0;
         auto push = [&](int64_t k0, int64_t rows, const T* src, int64_t ld) {
             if (rows == 0) return;
@@ -644,14 +856,19 @@ private:
         h_run_count_ = count;
     }
 
-    // dh0 / dc0 of one cell, own units, back in the caller's row order.
+    // dh0 (columns hcols of sw = config.state_size(), at h_state of the (L*D, N, sw) host tensor)
+    // / dc0 (own units of H, at state of (L*D, N, H)) of one cell, overwritten, back in the
+    // caller's row order.
     void write_state_grads(const BackwardArgs<T>& args, const Workspace<T>& ws, int64_t state,
-                           int64_t u0, int64_t u1) const {
+                           int64_t h_state, int64_t u0, int64_t u1, BlockRange hcols) const {
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, end = std::min(u1, hidden);
+        const int64_t sw = config_.state_size(), h_end = std::min(hcols.end, sw);
         for (int64_t r = 0; r < batch_; ++r) {
             const int64_t dst = state + ws.batch.order[r] * hidden;
+            const int64_t h_dst = h_state + ws.batch.order[r] * sw;
             if (!args.dh0.empty())
-                for (int64_t u = u0; u < end; ++u) args.dh0[dst + u] = ws.dh0[r * hp + u];
+                for (int64_t u = hcols.begin; u < h_end; ++u)
+                    args.dh0[h_dst + u] = ws.dh0[r * hp + u];
             if (!args.dc0.empty())
                 for (int64_t u = u0; u < end; ++u) args.dc0[dst + u] = ws.dc_run[r * hp + u];
         }
@@ -672,10 +889,7 @@ public:
     const char* name() const override { return "fused"; }
     Device device() const override { return Device::cpu; }
 
-    std::optional<std::string> supports(const Config& config, DType) const override {
-        if (config.proj_size > 0)
-            return std::string(
-                "projections (proj_size > 0) are not in the fused kernel; 'basic' runs them");
+    std::optional<std::string> supports(const Config&, DType) const override {
         return std::nullopt;
     }
     // Backward splits at the seam it always had (time loop, then weight GEMMs over all steps).
