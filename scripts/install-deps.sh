@@ -6,12 +6,13 @@
 # sanitized test build (scripts/sanitize.sh) uses g++'s own sanitizer runtimes.
 # ocl-icd-opencl-dev is only a recommendation of libdnnl-dev, but Debian's oneDNN CMake config
 # cannot be loaded without it. espeak-ng speaks the spoken-digits example's data and
-# libsndfile1-dev reads it (examples/spoken_digits/).
+# libsndfile1-dev reads it (examples/spoken_digits/). OpenMPI (libopenmpi-dev, openmpi-bin: mpirun)
+# builds and runs the data-parallel part (lstm/dist/, tests/dist/); NCCL comes with the CUDA toolkit.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
           ocl-icd-opencl-dev nlohmann-json3-dev libhwy-dev clang libclang-rt-dev libomp-dev
-          espeak-ng libsndfile1-dev)
+          espeak-ng libsndfile1-dev libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -120,7 +120,7 @@ TEST_CASE("a checkpoint holds PyTorch's names and refuses another model", "[io][
     wider.lstm.hidden_size = 8;
     nn::SequenceModel<float> other(wider, "basic", Device::cpu, 3);
     CHECK_THROWS_WITH(io::load_checkpoint(file, other),
-                      Contains("the checkpoint's LSTM is input 5, hidden 7, 2 layer(s), "
+                      Contains("the file's LSTM is input 5, hidden 7, 2 layer(s), "
                                "bidirectional, the model's input 5, hidden 8"));
     io::TensorFile no_format = file;
     no_format.metadata.clear();
@@ -141,4 +141,35 @@ TEST_CASE("a checkpoint holds PyTorch's names and refuses another model", "[io][
                       Contains("tensor 'optimizer.1.exp_avg' has shape (2)"));
     CHECK(all_params(target) == target_before);
     CHECK(all_params(model) == before);
+}
+
+TEST_CASE("a state dict of only lstm.* and fc.* loads the parameters and nothing else",
+          "[io][nn]") {
+    nn::SequenceModel<float> trained(model_config(), "basic", Device::cpu, 3);
+    train(trained, 0, 2);
+    io::TensorFile checkpoint;
+    io::add_checkpoint(checkpoint, trained);
+    // What torch.save(module.state_dict()) holds for a module with members lstm and fc.
+    io::TensorFile state_dict;
+    for (const io::Tensor& t : checkpoint.tensors())
+        if (t.name.rfind("lstm.", 0) == 0 || t.name.rfind("fc.", 0) == 0) state_dict.add(t);
+
+    nn::SequenceModel<float> fresh(model_config(), "basic", Device::cpu, 5);
+    io::load_model_parameters(state_dict, fresh);
+    CHECK(all_params(fresh) == all_params(trained));
+    CHECK(fresh.optimizer().steps(0) == 0);
+    CHECK(fresh.optimizer().steps(1) == 0);
+    // A checkpoint is not a state dict of this kind: load_checkpoint needs the optimizer too.
+    CHECK_THROWS_WITH(io::load_checkpoint(state_dict, fresh),
+                      Contains("not a checkpoint of this library"));
+
+    // Without fc.bias for a dense layer that has one: refused, nothing changed.
+    io::TensorFile no_bias;
+    for (const io::Tensor& t : state_dict.tensors())
+        if (t.name != "fc.bias") no_bias.add(t);
+    nn::SequenceModel<float> other(model_config(), "basic", Device::cpu, 7);
+    const std::vector<float> before = all_params(other);
+    CHECK_THROWS_WITH(io::load_model_parameters(no_bias, other),
+                      Contains("the file lacks fc.bias, the model's dense layer has a bias"));
+    CHECK(all_params(other) == before);
 }

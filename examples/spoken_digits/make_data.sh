@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make_data.sh: speaks the spoken-digits data set with espeak-ng (offline, no Python).
 #
-# Usage: make_data.sh OUT_DIR [--seed S] [--count N]      (defaults: --seed 1 --count 2000)
+# Usage: make_data.sh OUT_DIR [--seed S] [--count N]      (defaults: --seed 1 --count 4000)
 #
 # Writes N utterances as 16-bit mono WAV files at espeak-ng's native rate (22050 Hz; the feature
 # code reads each file's own rate, so nothing is resampled) under OUT_DIR/wav/, and
@@ -43,7 +43,7 @@ usage() {
 out_dir=$1
 shift
 seed=1
-count=2000
+count=4000
 while [ $# -gt 0 ]; do
     case $1 in
         --seed) [ $# -ge 2 ] || usage; seed=$2; shift 2 ;;

@@ -1,53 +1,59 @@
-// Spoken-digits example: trains an isolated-digit recogniser (11 classes: "zero".."nine", "oh")
-// on a data set spoken by make_data.sh, and reports its accuracy on the held-out speakers.
-//
-// Usage: spoken_digits_train DATA_DIR [--variant V] [--epochs E] [--hidden H] [--batch B]
-//                            [--threads T] [--seed S] [--lr LR] [--dropout P]
-//                            [--checkpoint PATH] [--min-accuracy A]
+// Spoken-digits example: trains a recogniser of spoken digits on a data set spoken by
+// make_data.sh and reports how well it does on the held-out speakers.
 //
 //   bash examples/spoken_digits/make_data.sh /tmp/digits
-//   build/examples/spoken_digits/spoken_digits_train /tmp/digits --variant fused
+//   build/examples/spoken_digits/spoken_digits_train /tmp/digits --task isolated
+//   build/examples/spoken_digits/spoken_digits_train /tmp/digits --task connected
 //
-// Pipeline: DATA_DIR/manifest.tsv (read_manifest) -> the isolated-digit utterances of each split
-// -> log-mel features (compute_features), cached in DATA_DIR/isolated_features.bin so that a
-// second run skips the audio and FFTs -> length-bucketed padded batches (nn::bucket_by_length,
-// nn::pad_sequences) -> a 2-layer bidirectional LSTM, a dense layer and softmax cross-entropy on
-// the mean of each utterance's outputs over its frames (Head::ce_mean_pool) -> AdamW with a
-// warm-up + cosine schedule and gradient clipping. One progress line per epoch; at the end the
-// held-out accuracy and a checkpoint (lstm::io::save_checkpoint, default
-// DATA_DIR/spoken_digits_<variant>.safetensors).
+// Tasks (options.hpp):
+//   isolated   "zero".."nine" and "oh" (11 classes): a dense layer and softmax cross-entropy on
+//              the mean of each utterance's outputs over its frames (Head::ce_mean_pool);
+//              held-out accuracy.
+//   connected  strings of 3 to 7 digits: a dense layer on every frame and CTC (Head::ctc, the
+//              blank a 12th class after the digits), greedy decoding; held-out label error rate
+//              (edit distance over reference digits, loss::label_errors).
 //
-// Why mean pooling rather than Head::ce_final_state: espeak-ng's utterances start and end with
-// silence of varying length, so the final states are read after the silence, and the final-state
-// head gives gradient to a single frame per direction; the mean over the frames sees every frame
-// of the word and passes gradient to all of them, and with a bidirectional LSTM every frame's
-// output already depends on the whole utterance.
+// Pipeline: DATA_DIR/manifest.tsv -> the task's utterances of each split -> log-mel features,
+// cached in DATA_DIR/<task>_features.bin -> length-bucketed padded batches (dataset.hpp) -> a
+// 2-layer bidirectional LSTM (inter-layer dropout) -> the task's head -> AdamW with a warm-up +
+// cosine schedule and gradient clipping. One progress line per epoch; at the end the held-out
+// score and a checkpoint (lstm::io::save_checkpoint; default
+// DATA_DIR/spoken_digits_<task>_<variant>.safetensors).
+//
+// Why mean pooling for isolated digits rather than Head::ce_final_state: espeak-ng's utterances
+// start and end with silence of varying length, so the final states are read after the silence,
+// and the final-state head gives gradient to a single frame per direction; the mean over the
+// frames sees every frame of the word and passes gradient to all of them, and with a
+// bidirectional LSTM every frame's output already depends on the whole utterance.
 //
 // Variants: basic and fused take per-sequence lengths. oneDNN's LSTM runs every sequence for all
-// T steps, so for onednn each length bucket is split further into batches of one exact frame
-// count (no padding at all; batches are smaller and more numerous).
+// T steps, so onednn always trains and evaluates on batches of one exact frame count (no padding
+// at all); --exact-lengths gives any variant those same batches, which the consistency study
+// uses so that every variant sees the same batches in the same order.
 //
 // Everything random is seeded from --seed (parameters, dropout masks, batch order), so a run is
-// reproducible for one variant, machine and thread count. --min-accuracy makes the exit status
-// 1 when the final held-out accuracy is below it (the ctest test uses it); usage errors exit 2.
+// reproducible for one variant, machine and thread count, and every variant starts from the same
+// parameters. Cross-checks with another framework (pytorch_crosscheck.py): --export PATH writes
+// both splits' features and labels and this model's held-out outputs; --import PATH starts from
+// a state dict's parameters (lstm.*, fc.*, as torch.save(module.state_dict()) names them), and
+// with --epochs 0 only evaluates it. --curve PATH writes one TSV row per epoch. --min-accuracy
+// (isolated) and --max-ler (connected) make the exit status 1 when the final held-out score
+// misses them (the ctest tests use them); usage errors exit 2.
 
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "crosscheck_export.hpp"
+#include "dataset.hpp"
 #include "features.hpp"
 #include "lstm/io/checkpoint.hpp"
+#include "lstm/loss/ctc_decode.hpp"
 #include "lstm/lstm.hpp"
 #include "lstm/nn/batch.hpp"
 #include "lstm/nn/clip.hpp"
@@ -55,13 +61,19 @@
 #include "lstm/nn/predict.hpp"
 #include "lstm/nn/schedule.hpp"
 #include "manifest.hpp"
+#include "options.hpp"
 
 namespace {
 
+using spoken_digits::Dataset;
 using spoken_digits::kMelBands;
 using spoken_digits::kNumClasses;
+using spoken_digits::Options;
+using spoken_digits::Task;
 
 constexpr int64_t kLayers = 2;
+// The connected task's blank is the class after the digits, so a label id is the digit's class.
+constexpr int64_t kBlank = kNumClasses;
 // torch.nn.utils.clip_grad_norm_'s usual max_norm for LSTMs; it only bites on the rare large
 // steps early in training.
 constexpr double kClipNorm = 1.0;
@@ -74,272 +86,89 @@ constexpr double kWarmupStartFactor = 0.1, kEndLrFactor = 1e-2;
 // modest; bigger is faster.
 constexpr int64_t kEvalBatch = 64;
 
-struct Options {
-    std::string data_dir;
-    std::string variant = "fused";
-    int64_t epochs = 20;
-    int64_t hidden = 128;
-    int64_t batch = 16;
-    int64_t threads = 0;  // 0: OpenMP's default
-    int64_t seed = 1;
-    double lr = 3e-3;
-    double dropout = 0.3;
-    std::string checkpoint;  // empty: DATA_DIR/spoken_digits_<variant>.safetensors
-    double min_accuracy = 0.0;
-};
+int64_t output_classes(Task task) { return task == Task::isolated ? kNumClasses : kNumClasses + 1; }
 
-[[noreturn]] void usage(const std::string& problem) {
-    std::fprintf(stderr,
-                 "spoken_digits_train: %s\n"
-                 "usage: spoken_digits_train DATA_DIR [--variant basic|fused|onednn] [--epochs E]\n"
-                 "       [--hidden H] [--batch B] [--threads T] [--seed S] [--lr LR]\n"
-                 "       [--dropout P] [--checkpoint PATH] [--min-accuracy A]\n"
-                 "DATA_DIR holds manifest.tsv and wav/ as written by make_data.sh.\n",
-                 problem.c_str());
-    std::exit(2);
-}
-
-int64_t parse_int(const std::string& flag, const char* text, int64_t min) {
-    char* end = nullptr;
-    errno = 0;
-    const long long value = std::strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || errno != 0 || value < min)
-        usage(flag + " must be an integer >= " + std::to_string(min) + ", got '" + text + "'");
-    return value;
-}
-
-double parse_real(const std::string& flag, const char* text, double min, double max) {
-    char* end = nullptr;
-    errno = 0;
-    const double value = std::strtod(text, &end);
-    if (*text == '\0' || *end != '\0' || errno != 0 || !(value >= min && value <= max)) {
-        std::ostringstream range;
-        range << " must be a number in [" << min << ", " << max << "], got '" << text << "'";
-        usage(flag + range.str());
-    }
-    return value;
-}
-
-Options parse_options(int argc, char** argv) {
-    if (argc < 2) usage("missing DATA_DIR");
-    Options o;
-    o.data_dir = argv[1];
-    if (o.data_dir.rfind("--", 0) == 0) usage("the first argument must be DATA_DIR");
-    for (int i = 2; i < argc; i += 2) {
-        const std::string flag = argv[i];
-        if (i + 1 >= argc) usage(flag + " needs a value");
-        const char* value = argv[i + 1];
-        if (flag == "--variant") {
-            o.variant = value;
-        } else if (flag == "--epochs") {
-            o.epochs = parse_int(flag, value, 1);
-        } else if (flag == "--hidden") {
-            o.hidden = parse_int(flag, value, 1);
-        } else if (flag == "--batch") {
-            o.batch = parse_int(flag, value, 1);
-        } else if (flag == "--threads") {
-            o.threads = parse_int(flag, value, 1);
-        } else if (flag == "--seed") {
-            o.seed = parse_int(flag, value, 0);
-        } else if (flag == "--lr") {
-            o.lr = parse_real(flag, value, 1e-6, 1.0);
-        } else if (flag == "--dropout") {
-            // 1 would zero every output between the layers.
-            o.dropout = parse_real(flag, value, 0.0, 0.95);
-        } else if (flag == "--checkpoint") {
-            o.checkpoint = value;
-        } else if (flag == "--min-accuracy") {
-            o.min_accuracy = parse_real(flag, value, 0.0, 1.0);
-        } else {
-            usage("unknown option '" + flag + "'");
-        }
-    }
-    if (o.variant != "basic" && o.variant != "fused" && o.variant != "onednn")
-        usage("--variant must be basic, fused or onednn, got '" + o.variant + "'");
-    if (o.checkpoint.empty())
-        o.checkpoint = o.data_dir + "/spoken_digits_" + o.variant + ".safetensors";
-    return o;
-}
-
-// The isolated-digit utterances of one split: (frames, kMelBands) features and their class.
-struct Dataset {
-    std::vector<std::vector<float>> sequences;
-    std::vector<int64_t> labels, lengths;
-    int64_t frames() const {
-        int64_t total = 0;
-        for (int64_t n : lengths) total += n;
-        return total;
-    }
-};
-
-// ---- the feature cache ----------------------------------------------------------------------
-//
-// One file of every isolated utterance's features, both splits, in manifest order:
-//   magic "SDIGFEA1" (8 bytes), then uint64 each: mel bands, window ms, hop ms, the FNV-1a hash
-//   of manifest.tsv, utterance count; then per utterance int64 frames and frames * bands floats.
-// The manifest's hash ties the cache to the data set (make_data.sh is deterministic, so the same
-// manifest means the same audio), the front end's constants to the feature code; anything else
-// and the cache is recomputed. Native byte order: the cache is a local speed-up, not a format.
-
-constexpr char kCacheMagic[8] = {'S', 'D', 'I', 'G', 'F', 'E', 'A', '1'};
-
-uint64_t fnv1a(const std::string& bytes) {
-    // The 64-bit FNV-1a offset basis and prime.
-    uint64_t hash = 14695981039346656037ull;
-    for (unsigned char c : bytes) {
-        hash ^= c;
-        hash *= 1099511628211ull;
-    }
-    return hash;
-}
-
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    lstm::check(static_cast<bool>(in), "cannot read ", path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-std::vector<uint64_t> cache_header(uint64_t manifest_hash, uint64_t count) {
-    return {static_cast<uint64_t>(kMelBands), static_cast<uint64_t>(spoken_digits::kWindowMs),
-            static_cast<uint64_t>(spoken_digits::kHopMs), manifest_hash, count};
-}
-
-// The cached features, or an empty vector when the cache is missing, stale or damaged.
-std::vector<spoken_digits::Features> read_cache(const std::string& path,
-                                                const std::vector<uint64_t>& header) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return {};
-    char magic[sizeof kCacheMagic];
-    std::vector<uint64_t> stored(header.size());
-    in.read(magic, sizeof magic);
-    in.read(reinterpret_cast<char*>(stored.data()),
-            static_cast<std::streamsize>(stored.size() * sizeof(uint64_t)));
-    if (!in || std::memcmp(magic, kCacheMagic, sizeof magic) != 0 || stored != header) return {};
-    std::vector<spoken_digits::Features> out(header.back());
-    for (auto& f : out) {
-        in.read(reinterpret_cast<char*>(&f.frames), sizeof f.frames);
-        // A damaged count must not become a huge allocation: a 10-minute utterance bounds it.
-        constexpr int64_t kMaxFrames = 60000;
-        if (!in || f.frames < 1 || f.frames > kMaxFrames) return {};
-        f.bands = kMelBands;
-        f.values.resize(static_cast<size_t>(f.frames * f.bands));
-        in.read(reinterpret_cast<char*>(f.values.data()),
-                static_cast<std::streamsize>(f.values.size() * sizeof(float)));
-        if (!in) return {};
-    }
-    if (in.peek() != std::ifstream::traits_type::eof()) return {};
-    return out;
-}
-
-void write_cache(const std::string& path, const std::vector<uint64_t>& header,
-                 const std::vector<spoken_digits::Features>& features) {
-    // Written beside and renamed over, so an interrupted run never leaves a half-written cache
-    // that a later run would have to detect.
-    const std::string partial = path + ".partial";
-    {
-        std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-        out.write(kCacheMagic, sizeof kCacheMagic);
-        out.write(reinterpret_cast<const char*>(header.data()),
-                  static_cast<std::streamsize>(header.size() * sizeof(uint64_t)));
-        for (const auto& f : features) {
-            out.write(reinterpret_cast<const char*>(&f.frames), sizeof f.frames);
-            out.write(reinterpret_cast<const char*>(f.values.data()),
-                      static_cast<std::streamsize>(f.values.size() * sizeof(float)));
-        }
-        if (!out) {
-            std::fprintf(stderr, "warning: cannot write the feature cache %s; continuing\n",
-                         partial.c_str());
-            return;
-        }
-    }
-    if (std::rename(partial.c_str(), path.c_str()) != 0)
-        std::fprintf(stderr, "warning: cannot rename %s to %s; continuing\n", partial.c_str(),
-                     path.c_str());
-}
-
-// The training and held-out isolated-digit sets of DATA_DIR, from the cache when it is current.
-std::pair<Dataset, Dataset> load_isolated(const std::string& data_dir) {
-    const std::string manifest_path = data_dir + "/manifest.tsv";
-    const std::vector<spoken_digits::Utterance> utterances =
-        spoken_digits::read_manifest(manifest_path);
-    std::vector<const spoken_digits::Utterance*> isolated;
-    for (const auto& u : utterances)
-        if (u.labels.size() == 1) isolated.push_back(&u);
-    lstm::check(!isolated.empty(), manifest_path, " has no isolated-digit utterances");
-
-    const std::string cache_path = data_dir + "/isolated_features.bin";
-    const auto header = cache_header(fnv1a(read_file(manifest_path)), isolated.size());
-    std::vector<spoken_digits::Features> features = read_cache(cache_path, header);
-    if (features.empty()) {
-        const auto start = std::chrono::steady_clock::now();
-        for (const auto* u : isolated) features.push_back(spoken_digits::compute_features(u->path));
-        write_cache(cache_path, header, features);
-        std::printf("features of %zu isolated utterances computed in %.1f s, cached in %s\n",
-                    isolated.size(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                    cache_path.c_str());
+lstm::nn::ModelConfig model_config(const Options& o) {
+    lstm::nn::ModelConfig config;
+    config.lstm = lstm::Config{kMelBands, o.hidden, kLayers, /*bidirectional=*/true};
+    config.lstm.dropout = o.dropout;
+    config.classes = output_classes(o.task);
+    config.dense_bias = true;
+    config.adam = lstm::nn::adamw_options(o.lr, kWeightDecay);
+    if (o.task == Task::isolated) {
+        config.head = lstm::nn::Head::ce_mean_pool;
     } else {
-        std::printf("features of %zu isolated utterances read from %s\n", isolated.size(),
-                    cache_path.c_str());
+        config.head = lstm::nn::Head::ctc;
+        config.ctc.blank = kBlank;
+        // Every string has at most 7 digits in at least 80 frames; a sample that could not be
+        // aligned would mean broken data, which should stop the run rather than count as 0.
+        config.ctc.infeasible_is_error = true;
     }
-
-    Dataset train, heldout;
-    for (size_t i = 0; i < isolated.size(); ++i) {
-        Dataset& d = isolated[i]->split == "train" ? train : heldout;
-        d.lengths.push_back(features[i].frames);
-        d.labels.push_back(isolated[i]->labels[0]);
-        d.sequences.push_back(std::move(features[i].values));
-    }
-    lstm::check(!train.labels.empty() && !heldout.labels.empty(), manifest_path,
-                " needs isolated digits in both splits (train ", train.labels.size(), ", held out ",
-                heldout.labels.size(), ")");
-    return {std::move(train), std::move(heldout)};
+    return config;
 }
 
-// ---- batches ----------------------------------------------------------------------------------
+// The targets of batch `idx` in the head's layout: one class per utterance (isolated), or the
+// labels concatenated with their counts (connected, CTC).
+lstm::nn::CtcTargets batch_targets(const Dataset& d, const std::vector<int64_t>& idx, Task task) {
+    lstm::nn::CtcTargets out = lstm::nn::concat_targets(d.labels, idx);
+    if (task == Task::isolated) out.lengths.clear();
+    return out;
+}
 
-// Length buckets of at most `batch` sequences in an order shuffled by `seed`. For variants
-// without per-sequence lengths each bucket is cut where the length changes, so every batch is
-// of one exact length and pad_sequences adds no padding.
-std::vector<std::vector<int64_t>> make_batches(const Dataset& d, int64_t batch, uint64_t seed,
-                                               bool equal_lengths) {
-    auto buckets = lstm::nn::bucket_by_length(d.lengths, batch, seed);
-    if (!equal_lengths) return buckets;
-    std::vector<std::vector<int64_t>> out;
-    for (const auto& bucket : buckets) {
-        // Buckets are sorted by length, so equal lengths are adjacent.
-        for (size_t begin = 0; begin < bucket.size();) {
-            size_t end = begin + 1;
-            while (end < bucket.size() && d.lengths[bucket[end]] == d.lengths[bucket[begin]]) ++end;
-            out.emplace_back(bucket.begin() + static_cast<std::ptrdiff_t>(begin),
-                             bucket.begin() + static_cast<std::ptrdiff_t>(end));
-            begin = end;
+struct Evaluation {
+    double score = 0.0;              // accuracy (isolated) or label error rate (connected)
+    lstm::loss::LabelErrors errors;  // connected only
+    // Per utterance: the head's classes logits (isolated), or frames x classes (connected).
+    std::vector<std::vector<float>> logits;
+};
+
+// Runs every utterance of `d` through the model in inference mode (no dropout), in batches made
+// as for training; the logits come back to host vectors, in the order of `d`.
+Evaluation evaluate(lstm::nn::SequenceModel<float>& model, const Dataset& d, Task task,
+                    bool exact_lengths) {
+    const int64_t classes = output_classes(task);
+    Evaluation out;
+    out.logits.resize(d.lengths.size());
+    std::vector<int64_t> predicted, targets;
+    std::vector<std::vector<int64_t>> hypotheses, references;
+    // The order of the batches does not matter here; seed 0 is as good as any.
+    for (const auto& idx : spoken_digits::make_batches(d, kEvalBatch, 0, exact_lengths)) {
+        const auto batch = lstm::nn::pad_sequences(d.sequences, kMelBands, idx);
+        const auto t = batch_targets(d, idx, task);
+        model.evaluate(batch.view(), batch.lengths, t.labels, t.lengths);
+        const lstm::TensorView<const float> logits = model.logits();
+        const auto n_batch = static_cast<int64_t>(idx.size());
+        for (int64_t n = 0; n < n_batch; ++n) {
+            std::vector<float>& rows = out.logits[idx[n]];
+            if (task == Task::isolated) {
+                rows.assign(logits.data() + n * classes, logits.data() + (n + 1) * classes);
+                continue;
+            }
+            for (int64_t step = 0; step < batch.lengths[n]; ++step) {
+                const float* row = logits.data() + (step * n_batch + n) * classes;
+                rows.insert(rows.end(), row, row + classes);
+            }
+        }
+        if (task == Task::isolated) {
+            for (int64_t c : lstm::nn::argmax_classes(logits)) predicted.push_back(c);
+            targets.insert(targets.end(), t.labels.begin(), t.labels.end());
+        } else {
+            for (auto& h : lstm::loss::ctc_greedy_decode(logits, batch.lengths, kBlank))
+                hypotheses.push_back(std::move(h));
+            for (int64_t i : idx) references.push_back(d.labels[i]);
         }
     }
-    return out;
-}
-
-std::vector<int64_t> pick(const std::vector<int64_t>& values, const std::vector<int64_t>& idx) {
-    std::vector<int64_t> out;
-    out.reserve(idx.size());
-    for (int64_t i : idx) out.push_back(values[i]);
-    return out;
-}
-
-double heldout_accuracy(lstm::nn::SequenceModel<float>& model, const Dataset& heldout,
-                        bool equal_lengths) {
-    std::vector<int64_t> predicted, targets;
-    // The order of the batches does not matter here; seed 0 is as good as any.
-    for (const auto& idx : make_batches(heldout, kEvalBatch, 0, equal_lengths)) {
-        const auto batch = lstm::nn::pad_sequences(heldout.sequences, kMelBands, idx);
-        const auto labels = pick(heldout.labels, idx);
-        model.evaluate(batch.view(), batch.lengths, labels);
-        for (int64_t c : lstm::nn::argmax_classes(model.logits())) predicted.push_back(c);
-        targets.insert(targets.end(), labels.begin(), labels.end());
+    if (task == Task::isolated) {
+        out.score = lstm::nn::accuracy(predicted, targets);
+    } else {
+        out.errors = lstm::loss::label_errors(hypotheses, references);
+        out.score = out.errors.rate();
     }
-    return lstm::nn::accuracy(predicted, targets);
+    return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::string format_seconds(double seconds) {
@@ -349,82 +178,121 @@ std::string format_seconds(double seconds) {
     return text;
 }
 
+const char* score_name(Task task) {
+    return task == Task::isolated ? "held-out accuracy" : "held-out label error rate";
+}
+
 int run(const Options& o) {
     if (o.threads > 0) lstm::set_num_threads(static_cast<int>(o.threads));
-    const auto [train, heldout] = load_isolated(o.data_dir);
-    const bool equal_lengths = o.variant == "onednn";
+    const spoken_digits::Splits splits = spoken_digits::load_task(o.data_dir, o.task);
+    const Dataset& train = splits.train;
+    const bool exact_lengths = o.exact_lengths || o.variant == "onednn";
 
-    lstm::nn::ModelConfig config;
-    config.lstm = lstm::Config{kMelBands, o.hidden, kLayers, /*bidirectional=*/true};
-    config.lstm.dropout = o.dropout;
-    config.classes = kNumClasses;
-    config.dense_bias = true;
-    config.head = lstm::nn::Head::ce_mean_pool;
-    config.adam = lstm::nn::adamw_options(o.lr, kWeightDecay);
     const auto seed = static_cast<uint64_t>(o.seed);
-    lstm::nn::SequenceModel<float> model(config, o.variant, lstm::Device::cpu, seed);
+    lstm::nn::SequenceModel<float> model(model_config(o), o.variant, lstm::Device::cpu, seed);
     model.lstm().set_dropout_state(seed);
+    if (!o.import_path.empty())
+        lstm::io::load_model_parameters(lstm::io::read_safetensors(o.import_path), model);
 
     // Steps per epoch are fixed for a data set (the buckets' members do not depend on the seed).
-    const auto steps_per_epoch =
-        static_cast<int64_t>(make_batches(train, o.batch, seed, equal_lengths).size());
-    const lstm::nn::WarmupCosineLr schedule{o.lr, steps_per_epoch, o.epochs * steps_per_epoch,
-                                            kWarmupStartFactor, o.lr * kEndLrFactor};
+    const auto steps_per_epoch = static_cast<int64_t>(
+        spoken_digits::make_batches(train, o.batch, seed, exact_lengths).size());
+    // The first epoch warms up; the cosine reaches its end rate at the last step.
+    const lstm::nn::WarmupCosineLr schedule{
+        o.lr, steps_per_epoch, std::max<int64_t>(1, (o.epochs - 1) * steps_per_epoch - 1),
+        kWarmupStartFactor, o.lr * kEndLrFactor};
     std::printf(
-        "%zu training and %zu held-out isolated digits; variant %s, 2-layer bidirectional LSTM "
-        "hidden %" PRId64 ", dropout %.2f, batch %" PRId64 ", lr %.2g, %" PRId64
+        "%s digits: %zu training and %zu held-out utterances; variant %s%s, 2-layer "
+        "bidirectional LSTM hidden %" PRId64 ", dropout %.2f, batch %" PRId64 ", lr %.2g, %" PRId64
         " epochs of %" PRId64 " steps, %d threads\n",
-        train.labels.size(), heldout.labels.size(), o.variant.c_str(), o.hidden, o.dropout, o.batch,
-        o.lr, o.epochs, steps_per_epoch, lstm::num_threads());
+        to_string(o.task), train.lengths.size(), splits.heldout.lengths.size(), o.variant.c_str(),
+        exact_lengths ? " (batches of one exact length)" : "", o.hidden, o.dropout, o.batch, o.lr,
+        o.epochs, steps_per_epoch, lstm::num_threads());
 
+    std::ofstream curve;
+    if (!o.curve_path.empty()) {
+        curve.open(o.curve_path, std::ios::trunc);
+        lstm::check(static_cast<bool>(curve), "--curve: cannot write ", o.curve_path);
+        curve << "epoch\ttrain_loss\t" << (o.task == Task::isolated ? "accuracy" : "ler")
+              << "\ttrain_seconds\tframes_per_second\n";
+    }
     const int64_t train_frames = train.frames();
     const auto start = std::chrono::steady_clock::now();
     int64_t step = 0;
-    double accuracy = 0.0;
+    Evaluation result;
     for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
         const auto epoch_start = std::chrono::steady_clock::now();
         double loss_sum = 0.0;
         // Batch order differs per epoch but is fixed by the seed; the multiplier (a prime larger
         // than any epoch count) keeps the (seed, epoch) pairs of different seeds apart.
         const uint64_t order_seed = seed * 1000003ull + static_cast<uint64_t>(epoch);
-        for (const auto& idx : make_batches(train, o.batch, order_seed, equal_lengths)) {
+        for (const auto& idx :
+             spoken_digits::make_batches(train, o.batch, order_seed, exact_lengths)) {
             const auto batch = lstm::nn::pad_sequences(train.sequences, kMelBands, idx);
-            const auto targets = pick(train.labels, idx);
+            const auto t = batch_targets(train, idx, o.task);
             model.optimizer().set_lr(schedule.lr(step));
-            const float loss = model.compute_gradients(batch.view(), batch.lengths, targets);
+            const float loss =
+                model.compute_gradients(batch.view(), batch.lengths, t.labels, t.lengths);
             lstm::nn::clip_grad_norm<float>({model.lstm().gradients(), model.dense().gradients()},
                                             kClipNorm);
             model.optimizer().step();
             loss_sum += static_cast<double>(loss) * static_cast<double>(idx.size());
             ++step;
         }
-        const double train_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-        accuracy = heldout_accuracy(model, heldout, equal_lengths);
-        const double elapsed =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const double left =
-            elapsed / static_cast<double>(epoch + 1) * static_cast<double>(o.epochs - epoch - 1);
-        std::printf(
-            "epoch %3" PRId64 "/%" PRId64
-            ": loss %.4f, held-out accuracy %.4f, %.0f frames/s, %.1f s, left %s\n",
-            epoch + 1, o.epochs, loss_sum / static_cast<double>(train.labels.size()), accuracy,
-            static_cast<double>(train_frames) / train_seconds,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count(),
-            format_seconds(left).c_str());
+        const double train_seconds = seconds_since(epoch_start);
+        result = evaluate(model, splits.heldout, o.task, exact_lengths);
+        const double score = result.score;
+        const double loss = loss_sum / static_cast<double>(train.lengths.size());
+        const double frames_per_second = static_cast<double>(train_frames) / train_seconds;
+        const double left = seconds_since(start) / static_cast<double>(epoch + 1) *
+                            static_cast<double>(o.epochs - epoch - 1);
+        std::printf("epoch %3" PRId64 "/%" PRId64
+                    ": loss %.4f, %s %.4f, %.0f frames/s, %.1f s, "
+                    "left %s\n",
+                    epoch + 1, o.epochs, loss, score_name(o.task), score, frames_per_second,
+                    seconds_since(epoch_start), format_seconds(left).c_str());
         std::fflush(stdout);
+        if (curve.is_open())
+            curve << epoch + 1 << '\t' << loss << '\t' << score << '\t' << train_seconds << '\t'
+                  << frames_per_second << '\n';
     }
-    lstm::io::save_checkpoint(o.checkpoint, model);
-    const double total =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf(
-        "final held-out accuracy %.4f (%zu utterances, chance %.4f) after %s; checkpoint "
-        "%s\n",
-        accuracy, heldout.labels.size(), 1.0 / kNumClasses, format_seconds(total).c_str(),
-        o.checkpoint.c_str());
-    if (accuracy < o.min_accuracy) {
-        std::fprintf(stderr, "held-out accuracy %.4f is below --min-accuracy %.4f\n", accuracy,
+    if (o.epochs == 0) result = evaluate(model, splits.heldout, o.task, exact_lengths);
+    const double total = seconds_since(start);
+    if (o.epochs > 0) lstm::io::save_checkpoint(o.checkpoint, model);
+    if (!o.export_path.empty()) {
+        spoken_digits::ExportInfo info;
+        info.task = o.task;
+        info.variant = o.variant;
+        info.hidden = o.hidden;
+        info.layers = kLayers;
+        info.classes = output_classes(o.task);
+        info.blank = o.task == Task::connected ? kBlank : -1;
+        info.seed = o.seed;
+        info.epochs = o.epochs;
+        info.exact_lengths = exact_lengths;
+        spoken_digits::write_crosscheck(o.export_path, info, splits, result.logits);
+    }
+
+    if (o.task == Task::isolated) {
+        std::printf("final held-out accuracy %.4f (%zu utterances, chance %.4f)", result.score,
+                    splits.heldout.lengths.size(), 1.0 / kNumClasses);
+    } else {
+        std::printf("final held-out label error rate %.4f (%" PRId64 " edits over %" PRId64
+                    " digits in %zu strings)",
+                    result.score, result.errors.edits, result.errors.reference_labels,
+                    splits.heldout.lengths.size());
+    }
+    std::printf(" after %s%s%s%s%s\n", format_seconds(total).c_str(),
+                o.epochs > 0 ? "; checkpoint " : "", o.epochs > 0 ? o.checkpoint.c_str() : "",
+                o.export_path.empty() ? "" : "; export ", o.export_path.c_str());
+    if (o.task == Task::isolated && result.score < o.min_accuracy) {
+        std::fprintf(stderr, "held-out accuracy %.4f is below --min-accuracy %.4f\n", result.score,
                      o.min_accuracy);
+        return 1;
+    }
+    if (o.task == Task::connected && result.score > o.max_ler) {
+        std::fprintf(stderr, "held-out label error rate %.4f is above --max-ler %.4f\n",
+                     result.score, o.max_ler);
         return 1;
     }
     return 0;
@@ -433,7 +301,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Options options = parse_options(argc, argv);
+    const Options options = spoken_digits::parse_options(argc, argv);
     try {
         return run(options);
     } catch (const lstm::Unsupported& e) {

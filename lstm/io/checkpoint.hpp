@@ -124,6 +124,56 @@ void save_checkpoint(const std::string& path, nn::SequenceModel<T>& model) {
     write_safetensors(path, file);
 }
 
+namespace detail {
+
+// The LSTM and dense parameters of `file` ("lstm.*", "fc.weight", "fc.bias"), checked against
+// the model's configuration and read into host scratch, so that a bad tensor changes nothing.
+template <typename T>
+struct ModelParameters {
+    std::vector<T> lstm, dense;
+};
+
+template <typename T>
+ModelParameters<T> read_model_parameters(const TensorFile& file, nn::SequenceModel<T>& model) {
+    const Config& config = model.lstm().config();
+    const Config saved = infer_lstm_config(file, "lstm.");
+    check(
+        saved.input_size == config.input_size && saved.hidden_size == config.hidden_size &&
+            saved.num_layers == config.num_layers && saved.bidirectional == config.bidirectional &&
+            saved.proj_size == config.proj_size && saved.bias == config.bias,
+        file.source, ": the file's LSTM is ", describe(saved), ", the model's ", describe(config));
+    const bool bias = model.config().dense_bias;
+    const int64_t out = model.config().classes, in = config.output_size();
+    check(file.contains("fc.bias") == bias, file.source, ": the file ", bias ? "lacks" : "has",
+          " fc.bias, the model's dense layer ", bias ? "has a bias" : "has none");
+    ModelParameters<T> p;
+    p.lstm = import_lstm_params<T>(file, config, "lstm.");
+    p.dense.resize(static_cast<size_t>(dense_parameters(model).numel()));
+    copy_tensor(file, "fc.weight", {out, in}, p.dense.data());
+    if (bias) copy_tensor(file, "fc.bias", {out}, p.dense.data() + out * in);
+    return p;
+}
+
+template <typename T>
+void write_model_parameters(const ModelParameters<T>& p, nn::SequenceModel<T>& model) {
+    model.lstm().load_parameters(Span<const T>(p.lstm));
+    from_host(model, p.dense, dense_parameters(model));
+}
+
+}  // namespace detail
+
+// Loads only the model's parameters from a state dict: "lstm." with nn.LSTM's names, "fc.weight"
+// (classes, D*H) and "fc.bias" when the dense layer has one; exactly what PyTorch's
+// module.state_dict() holds for a module with members `lstm` (nn.LSTM) and `fc` (nn.Linear),
+// and a subset of a checkpoint. For evaluating or fine-tuning a model trained elsewhere: the
+// optimizer's moments and step and the dropout state are left as they are. The model must have
+// been built with the same LSTM shape, classes and dense bias (the error names what differs);
+// nothing is changed when anything is missing or mismatched.
+template <typename T>
+void load_model_parameters(const TensorFile& file, nn::SequenceModel<T>& model) {
+    detail::write_model_parameters(detail::read_model_parameters(file, model), model);
+}
+
 // Restores the model from checkpoint tensors. The model must have been built with the same
 // ModelConfig (LSTM shape, classes, dense bias; the error names what differs); extra tensors in
 // the file are left for the caller. Nothing is changed when anything is missing or mismatched.
@@ -134,25 +184,9 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
           ": not a checkpoint of this library (metadata \"format\" should be '", kCheckpointFormat,
           "', got ", format == file.metadata.end() ? "none" : "'" + format->second + "'", ")");
     const Config& config = model.lstm().config();
-    const Config saved = infer_lstm_config(file, "lstm.");
-    check(saved.input_size == config.input_size && saved.hidden_size == config.hidden_size &&
-              saved.num_layers == config.num_layers &&
-              saved.bidirectional == config.bidirectional && saved.proj_size == config.proj_size &&
-              saved.bias == config.bias,
-          file.source, ": the checkpoint's LSTM is ", detail::describe(saved), ", the model's ",
-          detail::describe(config));
     nn::Adam<T>& adam = model.optimizer();
-    const bool bias = model.config().dense_bias;
-    const int64_t out = model.config().classes, in = config.output_size();
-    check(file.contains("fc.bias") == bias, file.source, ": the checkpoint ",
-          bias ? "lacks" : "has", " fc.bias, the model's dense layer ",
-          bias ? "has a bias" : "has none");
     // Everything is read into scratch first, so a bad tensor leaves the model as it was.
-    std::vector<T> lstm_params = import_lstm_params<T>(file, config, "lstm.");
-    const TensorView<T> dense_view = detail::dense_parameters(model);
-    std::vector<T> dense_params(static_cast<size_t>(dense_view.numel()));
-    detail::copy_tensor(file, "fc.weight", {out, in}, dense_params.data());
-    if (bias) detail::copy_tensor(file, "fc.bias", {out}, dense_params.data() + out * in);
+    const detail::ModelParameters<T> params = detail::read_model_parameters(file, model);
     std::vector<std::vector<T>> moments;
     std::vector<int64_t> steps(static_cast<size_t>(adam.buffer_count()));
     for (int64_t k = 0; k < adam.buffer_count(); ++k) {
@@ -172,8 +206,7 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
           detail::kDropoutState, "', which a model with dropout (", config.dropout,
           ") needs to resume exactly");
     if (has_rng) detail::copy_tensor(file, detail::kDropoutState, {2}, rng);
-    model.lstm().load_parameters(Span<const T>(lstm_params));
-    detail::from_host(model, dense_params, dense_view);
+    detail::write_model_parameters(params, model);
     for (int64_t k = 0; k < adam.buffer_count(); ++k) {
         detail::from_host(model, moments[2 * k], adam.exp_avg(k));
         detail::from_host(model, moments[2 * k + 1], adam.exp_avg_sq(k));

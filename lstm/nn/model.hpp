@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -141,7 +142,9 @@ public:
                            dfeatures);
             unpool(dfeatures, lengths, dy);
             if (config_.head == Head::ce_final_state) {
-                lstm_.backward(dy, final_state_gradient(dfeatures), {}, /*compute_dx=*/false);
+                const TensorView<const T> dhn = final_state_gradient(dfeatures);
+                if (dense_gradients_ready_) dense_gradients_ready_();
+                lstm_.backward(dy, dhn, {}, /*compute_dx=*/false);
                 return loss;
             }
         } else {
@@ -149,6 +152,7 @@ public:
             dense_backward(TensorView<const T>(y.data(), {rows, width}, y.device()),
                            view(dlogits_, {rows, classes()}), view(dy_, {rows, width}));
         }
+        if (dense_gradients_ready_) dense_gradients_ready_();
         lstm_.backward(dy, {}, {}, /*compute_dx=*/false);  // x is data: no gradient wanted
         return loss;
     }
@@ -187,6 +191,12 @@ public:
         return *dense_cuda_;
     }
 #endif
+    // Called by compute_gradients as soon as the dense gradients are final (on cuda: queued),
+    // before the LSTM backward starts, so data-parallel training (lstm/dist/) can start their
+    // allreduce while the LSTM backward runs. Empty (the default): nothing is called.
+    void set_dense_gradients_ready(std::function<void()> hook) {
+        dense_gradients_ready_ = std::move(hook);
+    }
     // The optimizer over the LSTM and dense buffers (set_lr for a schedule; step() is what
     // train_step adds to compute_gradients).
     Adam<T>& optimizer() { return adam_; }
@@ -451,6 +461,7 @@ private:
     lstm::detail::AlignedBuffer ctc_workspace_;
     std::vector<T> sample_losses_;  // cpu ctc head: each sample's loss, for infeasible_is_error
     Buffer dhn_;                    // ce_final_state: the gradient of hn, on the model's device
+    std::function<void()> dense_gradients_ready_;  // see set_dense_gradients_ready
 };
 
 }  // namespace lstm::nn

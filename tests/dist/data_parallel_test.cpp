@@ -1,0 +1,224 @@
+// DataParallel against one process: a step on shards across ranks gives the gradients and loss of
+// one process's step on the whole batch (within the tolerance rule), for every CPU variant and
+// head, balanced and unequal shards (one empty); parameters stay bit-identical over many steps.
+
+#include "lstm/dist/data_parallel.hpp"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "batches.hpp"
+#include "dist_env.hpp"
+#include "lstm/dist/shard.hpp"
+#include "lstm/registry.hpp"
+#include "tolerance.hpp"
+
+using namespace lstm;
+using lstm::test::world;
+
+namespace {
+
+constexpr int64_t kSteps = 6, kBatch = 7, kInput = 3, kClasses = 4;
+
+const char* head_name(nn::Head head) {
+    switch (head) {
+        case nn::Head::ce_last_step:
+            return "ce_last_step";
+        case nn::Head::ce_every_frame:
+            return "ce_every_frame";
+        case nn::Head::ctc:
+            return "ctc";
+        case nn::Head::ce_mean_pool:
+            return "ce_mean_pool";
+        case nn::Head::ce_final_state:
+            return "ce_final_state";
+    }
+    return "?";
+}
+
+nn::ModelConfig model_config(nn::Head head) {
+    nn::ModelConfig mc;
+    mc.lstm = Config{kInput, 5, 2, true};  // two bidirectional layers: every gradient path
+    mc.classes = kClasses;
+    mc.dense_bias = true;
+    mc.head = head;
+    return mc;
+}
+
+// How many sequences each rank takes: balanced, or all but one on rank 0, or none on the last.
+enum class Split { balanced, one_on_the_others, last_empty };
+
+std::vector<int64_t> shard_sizes(Split split, int64_t items, int ranks) {
+    std::vector<int64_t> sizes(static_cast<size_t>(ranks));
+    if (split == Split::balanced || ranks == 1) {
+        for (int r = 0; r < ranks; ++r)
+            sizes[static_cast<size_t>(r)] = dist::shard_range(items, r, ranks).size();
+    } else if (split == Split::one_on_the_others) {
+        for (int r = 1; r < ranks; ++r) sizes[static_cast<size_t>(r)] = 1;
+        sizes[0] = items - (ranks - 1);
+    } else {
+        for (int r = 0; r + 1 < ranks; ++r)
+            sizes[static_cast<size_t>(r)] = dist::shard_range(items, r, ranks - 1).size();
+    }
+    return sizes;
+}
+
+template <typename T>
+std::vector<double> to_double(const T* data, int64_t n) {
+    return std::vector<double>(data, data + n);
+}
+
+// One step of rank-local shards through DataParallel against compute_gradients of one model on
+// the whole batch; CHECKs the LSTM and dense gradients and the loss under the tolerance rule.
+// Every rank must call it with the same arguments (it is a collective).
+template <typename T>
+void check_matches_one_process(const Variant& v, nn::Head head, Split split) {
+    const nn::ModelConfig mc = model_config(head);
+    const bool variable = !v.supports_variable_lengths().has_value();
+    const test::GlobalBatch global =
+        test::make_batch(head, kSteps, kBatch, kInput, kClasses, variable, 17);
+
+    nn::SequenceModel<T> whole(mc, v.name(), Device::cpu, /*seed=*/5);
+    const test::Shard<T> all = test::cut_shard<T>(global, head, 0, kBatch);
+    const T want_loss =
+        whole.compute_gradients(all.view(), all.lengths, all.targets, all.target_lengths);
+
+    const std::vector<int64_t> sizes = shard_sizes(split, kBatch, world().size());
+    const int rank = world().rank();
+    const int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t{0});
+    const test::Shard<T> shard =
+        test::cut_shard<T>(global, head, begin, sizes[static_cast<size_t>(rank)]);
+    // Another seed on every other rank: the broadcast must make the models equal.
+    nn::SequenceModel<T> model(mc, v.name(), Device::cpu, /*seed=*/5 + 1000 * rank);
+    dist::DataParallel<T> dp(model, world());
+    const T loss =
+        dp.compute_gradients(shard.view(), shard.lengths, shard.targets, shard.target_lengths);
+
+    INFO("variant " << v.name() << ", " << to_string(dtype_of<T>()) << ", head " << head_name(head)
+                    << ", rank " << rank << " of " << world().size() << ", shard of "
+                    << shard.batch);
+    const double rtol =
+        reference::lstm_rtol(dtype_of<T>(), mc.lstm, kSteps, reference::Pass::backward);
+    const auto lstm_grad = model.lstm().gradients(), lstm_want = whole.lstm().gradients();
+    LSTM_CHECK_CLOSE(test::compare_scaled("LSTM gradient",
+                                          to_double(lstm_grad.data, lstm_grad.size),
+                                          to_double(lstm_want.data, lstm_want.size), rtol));
+    const auto dense_grad = model.dense().gradients(), dense_want = whole.dense().gradients();
+    LSTM_CHECK_CLOSE(test::compare_scaled("dense gradient",
+                                          to_double(dense_grad.data, dense_grad.size),
+                                          to_double(dense_want.data, dense_want.size), rtol));
+    CHECK(std::abs(static_cast<double>(loss) - static_cast<double>(want_loss)) <=
+          rtol * std::abs(static_cast<double>(want_loss)));
+}
+
+template <typename Fn>
+void for_each_cpu_variant(const Config& config, Fn&& fn) {
+    for (const Variant* v : variants_on(Device::cpu))
+        for (DType dt : {DType::f32, DType::f64})
+            if (!v->supports(config, dt)) fn(*v, dt);
+}
+
+}  // namespace
+
+TEST_CASE("a data-parallel step equals one process's step on the whole batch, every CPU variant",
+          "[dist]") {
+    for (nn::Head head : {nn::Head::ce_last_step, nn::Head::ce_every_frame, nn::Head::ctc}) {
+        for_each_cpu_variant(model_config(head).lstm, [&](const Variant& v, DType dt) {
+            if (dt == DType::f32)
+                check_matches_one_process<float>(v, head, Split::balanced);
+            else
+                check_matches_one_process<double>(v, head, Split::balanced);
+        });
+    }
+}
+
+TEST_CASE("a data-parallel step equals one process's step for the pooled and final-state heads",
+          "[dist]") {
+    for (nn::Head head : {nn::Head::ce_mean_pool, nn::Head::ce_final_state}) {
+        check_matches_one_process<float>(find_variant("basic", Device::cpu), head, Split::balanced);
+        check_matches_one_process<double>(find_variant("basic", Device::cpu), head,
+                                          Split::balanced);
+    }
+}
+
+TEST_CASE("unequal shards, one of them empty, weigh each rank by its share", "[dist]") {
+    for (nn::Head head : {nn::Head::ce_last_step, nn::Head::ce_every_frame, nn::Head::ctc})
+        for (Split split : {Split::one_on_the_others, Split::last_empty})
+            for_each_cpu_variant(model_config(head).lstm, [&](const Variant& v, DType dt) {
+                if (dt == DType::f32) check_matches_one_process<float>(v, head, split);
+            });
+}
+
+TEST_CASE("parameters stay bit-identical across ranks over several steps", "[dist]") {
+    const nn::ModelConfig mc = model_config(nn::Head::ctc);
+    for_each_cpu_variant(mc.lstm, [&](const Variant& v, DType dt) {
+        if (dt != DType::f32) return;
+        INFO("variant " << v.name() << ", rank " << world().rank());
+        const bool variable = !v.supports_variable_lengths().has_value();
+        nn::SequenceModel<float> model(mc, v.name(), Device::cpu, 3 + 100 * world().rank());
+        dist::DataParallel<float> dp(model, world());
+        const std::vector<float> before(model.lstm().parameters().begin(),
+                                        model.lstm().parameters().end());
+        const auto range = dist::shard_range(kBatch, world().rank(), world().size());
+        for (int step = 0; step < 5; ++step) {
+            const test::GlobalBatch g = test::make_batch(nn::Head::ctc, kSteps, kBatch, kInput,
+                                                         kClasses, variable, 40 + step);
+            const auto s = test::cut_shard<float>(g, nn::Head::ctc, range.begin, range.size());
+            const float loss = dp.train_step(s.view(), s.lengths, s.targets, s.target_lengths);
+            CHECK(std::isfinite(loss));
+        }
+        CHECK(dp.parameters_in_sync());
+        // The training moved the parameters (a check of a model that never changed proves little).
+        CHECK(std::memcmp(before.data(), model.lstm().parameters().data,
+                          before.size() * sizeof(float)) != 0);
+        // And the check itself can fail: one ulp on one rank is seen on every rank.
+        if (world().size() > 1) {
+            float& p = model.lstm().parameters()[0];
+            if (world().rank() == 1) p = std::nextafter(p, 2 * p + 1);
+            CHECK_FALSE(dp.parameters_in_sync());
+        }
+    });
+}
+
+TEST_CASE("the loss of a data-parallel step is the same global mean on every rank", "[dist]") {
+    const nn::ModelConfig mc = model_config(nn::Head::ce_every_frame);
+    nn::SequenceModel<double> model(mc, "basic", Device::cpu, 1);
+    dist::DataParallel<double> dp(model, world());
+    const auto range = dist::shard_range(kBatch, world().rank(), world().size());
+    const test::GlobalBatch g =
+        test::make_batch(nn::Head::ce_every_frame, kSteps, kBatch, kInput, kClasses, true, 9);
+    const auto s = test::cut_shard<double>(g, nn::Head::ce_every_frame, range.begin, range.size());
+    double loss = dp.compute_gradients(s.view(), s.lengths, s.targets);
+    double root = loss;
+    world().broadcast(TensorView<double>(&root, {1}), 0);
+    CHECK(std::memcmp(&root, &loss, sizeof loss) == 0);
+}
+
+TEST_CASE("an empty global batch is an error on every rank", "[dist]") {
+    const nn::ModelConfig mc = model_config(nn::Head::ce_last_step);
+    nn::SequenceModel<float> model(mc, "basic", Device::cpu, 1);
+    dist::DataParallel<float> dp(model, world());
+    const TensorView<const float> empty(nullptr, {kSteps, 0, kInput});
+    CHECK_THROWS_WITH(dp.compute_gradients(empty, {}, {}),
+                      Catch::Contains("the global batch is empty"));
+}
+
+TEST_CASE("shard_range cuts a batch into contiguous, balanced, ordered shards", "[dist]") {
+    for (int size : {1, 2, 3, 5})
+        for (int64_t items : {0, 1, 4, 7, 10}) {
+            int64_t next = 0;
+            for (int r = 0; r < size; ++r) {
+                const auto range = dist::shard_range(items, r, size);
+                CHECK(range.begin == next);
+                CHECK(range.size() >= items / size);
+                CHECK(range.size() <= items / size + 1);
+                next = range.end;
+            }
+            CHECK(next == items);
+        }
+    CHECK_THROWS_WITH(dist::shard_range(4, 2, 2), Catch::Contains("rank must be in [0, size = 2)"));
+}
