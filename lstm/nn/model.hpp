@@ -47,6 +47,23 @@ enum class Head {
                      // whole sequence: PyTorch's usual classifier head)
 };
 
+// The enumerator's name, for messages and test names.
+inline const char* to_string(Head head) {
+    switch (head) {
+        case Head::ce_last_step:
+            return "ce_last_step";
+        case Head::ce_every_frame:
+            return "ce_every_frame";
+        case Head::ctc:
+            return "ctc";
+        case Head::ce_mean_pool:
+            return "ce_mean_pool";
+        case Head::ce_final_state:
+            return "ce_final_state";
+    }
+    return "?";
+}
+
 // Options of the ctc head (torch.nn.CTCLoss's, plus what to do when a target cannot be aligned).
 struct CtcHeadOptions {
     int64_t blank = 0;  // the blank class, in [0, classes)

@@ -24,22 +24,6 @@ namespace {
 
 constexpr int64_t kSteps = 6, kBatch = 7, kInput = 3, kClasses = 4;
 
-const char* head_name(nn::Head head) {
-    switch (head) {
-        case nn::Head::ce_last_step:
-            return "ce_last_step";
-        case nn::Head::ce_every_frame:
-            return "ce_every_frame";
-        case nn::Head::ctc:
-            return "ctc";
-        case nn::Head::ce_mean_pool:
-            return "ce_mean_pool";
-        case nn::Head::ce_final_state:
-            return "ce_final_state";
-    }
-    return "?";
-}
-
 nn::ModelConfig model_config(nn::Head head) {
     nn::ModelConfig mc;
     mc.lstm = Config{kInput, 5, 2, true};  // two bidirectional layers: every gradient path
@@ -98,9 +82,9 @@ void check_matches_one_process(const Variant& v, nn::Head head, Split split) {
     const T loss =
         dp.compute_gradients(shard.view(), shard.lengths, shard.targets, shard.target_lengths);
 
-    INFO("variant " << v.name() << ", " << to_string(dtype_of<T>()) << ", head " << head_name(head)
-                    << ", rank " << rank << " of " << world().size() << ", shard of "
-                    << shard.batch);
+    INFO("variant " << v.name() << ", " << to_string(dtype_of<T>()) << ", head "
+                    << nn::to_string(head) << ", rank " << rank << " of " << world().size()
+                    << ", shard of " << shard.batch);
     const double rtol =
         reference::lstm_rtol(dtype_of<T>(), mc.lstm, kSteps, reference::Pass::backward);
     const auto lstm_grad = model.lstm().gradients(), lstm_want = whole.lstm().gradients();

@@ -199,22 +199,6 @@ std::vector<ModelProblem> model_problems() {
     return out;
 }
 
-const char* head_name(nn::Head h) {
-    switch (h) {
-        case nn::Head::ce_last_step:
-            return "ce_last_step";
-        case nn::Head::ce_every_frame:
-            return "ce_every_frame";
-        case nn::Head::ctc:
-            return "ctc";
-        case nn::Head::ce_mean_pool:
-            return "ce_mean_pool";
-        case nn::Head::ce_final_state:
-            return "ce_final_state";
-    }
-    return "?";
-}
-
 void model_step_matches_cpu(const Variant& v, const ModelProblem& p) {
     const Shape& s = p.shape;
     nn::ModelConfig mc;
@@ -229,7 +213,7 @@ void model_step_matches_cpu(const Variant& v, const ModelProblem& p) {
     const std::vector<int64_t> lengths = lengths_for(v, s);
     const auto x = test::random_vector<float>(s.seq_len * s.batch * s.config.input_size, 31);
     const TensorView<const float> xv(x.data(), {s.seq_len, s.batch, s.config.input_size});
-    INFO("variant " << v.name() << " (cuda), head " << head_name(p.head));
+    INFO("variant " << v.name() << " (cuda), head " << nn::to_string(p.head));
 
     const int64_t lstm_n = param_count(s.config), dense_n = host.dense().parameter_count();
     std::vector<float> lstm_p0(lstm_n), dense_p0(dense_n), lstm_p(lstm_n), dense_p(dense_n);
