@@ -1,7 +1,9 @@
 // lstm_dist_bench: Braun's training step trained data-parallel (lstm/dist/) under mpirun, every
 // rank on its shard of the scenario's global batch. Reports the time per GLOBAL batch (the
-// slowest rank's step, allreduces included) as braun/<scenario>/cpu/<variant>/ranks:R; the
-// scaling efficiency against the 1-rank run is t_1 / (R * t_R).
+// slowest rank's step, allreduces included) as braun/<scenario>/cpu/<variant>/ranks:R/overlap:O,
+// O = per_layer (DataParallel's default: each LSTM layer's allreduce starts when backward has
+// finished that layer) or dense_head (only the head's overlaps; the LSTM's is one allreduce after
+// the backward); the scaling efficiency against the 1-rank run is t_1 / (R * t_R).
 //
 //   mpirun -n 2 --bind-to none -x OMP_NUM_THREADS=1 lstm_dist_bench --lstm_threads=1
 //
@@ -98,13 +100,13 @@ RankShard cut(const BraunScenario& s, const BraunData& d, dist::ShardRange r) {
 }
 
 void time_case(benchmark::State& state, dist::Communicator& comm, const BraunScenario& s,
-               const Variant& v, const DistFlags& flags) {
+               const Variant& v, dist::Overlap overlap, const DistFlags& flags) {
     set_cpu_threads(flags.threads);
     const nn::ModelConfig m = model_config(s);
     const BraunData data = make_braun_data(s);
     const RankShard shard = cut(s, data, dist::shard_range(s.batch, comm.rank(), comm.size()));
     nn::SequenceModel<float> model(m, v.name(), Device::cpu, 0);
-    dist::DataParallel<float> dp(model, comm);
+    dist::DataParallel<float> dp(model, comm, overlap);
     const TensorView<const float> x(shard.x.data(), {s.seq_len, shard.batch, m.lstm.input_size});
     auto step = [&] {
         return dp.train_step(x, shard.lengths, shard.targets, shard.target_lengths);
@@ -148,15 +150,20 @@ int main(int argc, char** argv) {
                 if (v->supports(s.config, DType::f32)) continue;
                 if (s.lengths != bench::BraunLengths::all_full && v->supports_variable_lengths())
                     continue;
-                const std::string name = std::string("braun/") + s.name + "/cpu/" + v->name() +
-                                         "/ranks:" + std::to_string(comm.size());
-                benchmark::RegisterBenchmark(name.c_str(),
-                                             [&comm, &s, v, flags](benchmark::State& state) {
-                                                 bench::time_case(state, comm, s, *v, flags);
-                                             })
-                    ->UseManualTime()
-                    ->Iterations(flags.steps)
-                    ->Unit(benchmark::kMillisecond);
+                for (dist::Overlap overlap :
+                     {dist::Overlap::per_layer, dist::Overlap::dense_head}) {
+                    const std::string name = std::string("braun/") + s.name + "/cpu/" + v->name() +
+                                             "/ranks:" + std::to_string(comm.size()) +
+                                             "/overlap:" + dist::to_string(overlap);
+                    benchmark::RegisterBenchmark(
+                        name.c_str(),
+                        [&comm, &s, v, overlap, flags](benchmark::State& state) {
+                            bench::time_case(state, comm, s, *v, overlap, flags);
+                        })
+                        ->UseManualTime()
+                        ->Iterations(flags.steps)
+                        ->Unit(benchmark::kMillisecond);
+                }
             }
         }
         benchmark::Initialize(&argc, argv);

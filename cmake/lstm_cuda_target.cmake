@@ -5,6 +5,12 @@
 #
 # Whole-program CUDA compilation (no separable compilation): the static library needs no device
 # link step, so consumers link it with their ordinary C++ linker.
+#
+# One CUDA runtime per process: lstm_cuda links the shared cudart (CUDA::cudart below), and CMake
+# adds a CUDA runtime of its own to every executable that links a library with CUDA objects,
+# static by default. Two copies keep two sets of runtime state (devices, streams, error state)
+# in one process, so every target defined after this point takes the shared one as well.
+set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
 file(GLOB LSTM_CUDA_SOURCES CONFIGURE_DEPENDS
     ${PROJECT_SOURCE_DIR}/kernels/cuda/*.cu
     ${PROJECT_SOURCE_DIR}/lstm/cuda/*.cpp

@@ -24,10 +24,12 @@ if(NOT LSTM_NCCL STREQUAL "OFF")
     elseif(NOT LSTM_WITH_MPI)
         set(lstm_nccl_reason "it needs MPI to exchange its clique id")
     else()
+        # NCCL_ROOT (a CMake or environment variable) may name the pip wheel nvidia-nccl-cu13,
+        # which ships include/ and lib/libnccl.so.2 with no unversioned link.
         find_path(LSTM_NCCL_INCLUDE_DIR nccl.h
-            HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_ROOT PATH_SUFFIXES include)
-        find_library(LSTM_NCCL_LIBRARY nccl
-            HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_ROOT PATH_SUFFIXES lib64 lib)
+            HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+        find_library(LSTM_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
+            HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
         if(LSTM_NCCL_INCLUDE_DIR AND LSTM_NCCL_LIBRARY)
             set(LSTM_WITH_NCCL 1)
             message(STATUS "lstm: NCCL at ${LSTM_NCCL_LIBRARY}")

@@ -1,5 +1,7 @@
 # `cmake --install` gives a package that find_package(lstm) + target_link_libraries(app lstm::lstm)
-# consumes: the headers of lstm/ and kernels/, the exported interface target and its config.
+# consumes: the headers of lstm/ and kernels/, the exported interface target and its config. A
+# build with MPI also exports lstm::dist (data-parallel training; with NCCL its compiled device
+# back-end, lstm::dist_nccl, which lstm::dist links).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -13,6 +15,13 @@ if(LSTM_WITH_CUDA)
 endif()
 if(LSTM_WITH_ONEDNN)
     install(TARGETS lstm_onednn EXPORT lstmTargets)
+endif()
+if(LSTM_WITH_MPI)
+    install(TARGETS lstm_dist EXPORT lstmTargets)
+    if(LSTM_WITH_NCCL)
+        # Its link interface names libnccl by the absolute path this build found.
+        install(TARGETS lstm_dist_nccl EXPORT lstmTargets)
+    endif()
 endif()
 install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 configure_package_config_file(cmake/lstmConfig.cmake.in

@@ -10,11 +10,14 @@
 // batch_first by transposing x and y (and dy, dx) around time-major variant calls, and
 // inter-layer dropout by running a training forward one layer at a time with a dropout between
 // layers (the masks are kept for backward); without dropout, or in infer(), the whole stack runs
-// as one call.
+// as one call. A layer-gradients hook (set_layer_gradients_ready) also makes a training forward
+// run one call per layer, without dropout's masks, so that backward finishes the layers one at a
+// time, top first, and can hand each layer's finished gradient to data-parallel training.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -217,11 +220,24 @@ public:
     // major, each element 0 or 1 / (1 - dropout), on device(). Empty when that forward ran
     // without dropout.
     TensorView<const T> dropout_mask(int64_t layer) const {
-        if (!staged_) return {};
+        if (!dropped_) return {};
         check(layer >= 0 && layer + 1 < config_.num_layers, "dropout_mask: layer must be in 0..",
               config_.num_layers - 2, ", got ", layer);
         return TensorView<const T>(stage(layer, Stage::mask), {x_.size(0), x_.size(1), out_width()},
                                    device_);
+    }
+
+    // Called by backward() once per layer, top layer first, as soon as that layer's gradients are
+    // final (on cuda: queued on context()): elements [layer_param_offset(config, layer),
+    // layer_param_offset(config, layer + 1)) of gradients(), which the layers below never touch,
+    // so data-parallel training (lstm/dist/) can start their allreduce while the layers below run
+    // backward. While a hook is set, a training forward of a multi-layer stack runs one variant
+    // call per layer (the dropout path, with or without dropout), since a whole-stack call
+    // finishes every layer's gradient only at its end; the per-layer calls are the same math, not
+    // the same rounding for every variant (within the tolerance rule). The hook must not touch
+    // this layer. Empty (the default): whole-stack calls as without it, nothing is called.
+    void set_layer_gradients_ready(std::function<void(int64_t layer)> hook) {
+        layer_gradients_ready_ = std::move(hook);
     }
 
     // Bytes of the buffers the last forward needed (reserve + workspace of the training step).
@@ -287,9 +303,13 @@ private:
         check_states(h0, c0, "h0", "c0", batch);
         const DType dtype = dtype_of<T>();
         const int64_t layers = config_.num_layers;
-        const bool staged = training && config_.dropout > 0.0 && layers > 1;
-        // Per-layer calls (dropout): the largest layer's workspace, every layer's reserve back to
-        // back, each from a 64-byte boundary as the variants carve from one.
+        const bool dropped = training && config_.dropout > 0.0 && layers > 1;
+        const bool staged = dropped || (training && layers > 1 && layer_gradients_ready_);
+        // Stage planes per layer below the top: without dropout only the layer's output.
+        const int64_t planes = dropped ? kDroppedPlanes : 1;
+        // Per-layer calls (dropout, or the layer-gradients hook): the largest layer's workspace,
+        // every layer's reserve back to back, each from a 64-byte boundary as the variants carve
+        // from one.
         workspace_need_ = 0;
         reserve_need_ = 0;
         for (int64_t l = 0; l < (staged ? layers : 1); ++l) {
@@ -313,7 +333,8 @@ private:
                 .add("reserve", reserve_need_, reserve_.size())
                 .add("x (time-major copy)", bf ? bytes_of({seq_len, batch, in}) : 0, x_tm_.size())
                 .add("y (batch-first copy)", bf ? bytes_of({seq_len, batch, out}) : 0, y_bf_.size())
-                .add("dropout stages", staged ? bytes_of({3, layers - 1, seq_len, batch, out}) : 0,
+                .add("layer stages",
+                     staged ? bytes_of({planes, layers - 1, seq_len, batch, out}) : 0,
                      stages_.size())
                 .check([&] {
                     return describe(training ? "Lstm::forward" : "Lstm::infer", seq_len, batch);
@@ -331,16 +352,18 @@ private:
         }
         trained_ = false;
         staged_ = false;
+        dropped_ = false;
         x_ = x_run;
         lengths_.assign(lengths.begin(), lengths.end());
         h0_ = h0;
         c0_ = c0;
         batch_ = batch;
         y_view_ = TensorView<T>(y_.template as<T>(), {seq_len, batch, out}, device_);
-        if (staged) stages_.reserve(bytes_of(3 * (layers - 1) * seq_len * batch * out));
+        if (staged) stages_.reserve(bytes_of(planes * (layers - 1) * seq_len * batch * out));
         staged_ = staged;
+        dropped_ = dropped;
         forward_calls(lengths, training);
-        if (staged) ++dropout_count_;
+        if (dropped) ++dropout_count_;
         trained_ = training;
         if (training) inputs_print_ = inputs_fingerprint();
         y_out_ = y_view_;
@@ -352,22 +375,23 @@ private:
         return y_out_;
     }
 
-    // A step is one variant call for the whole stack, or, with dropout (staged_), one call per
-    // layer. Call k runs layers [k * call_layers(), (k + 1) * call_layers()) with config
-    // call_config(k), on the matching slices of every layer-indexed buffer.
+    // A step is one variant call for the whole stack, or, with dropout or the layer-gradients
+    // hook (staged_), one call per layer. Call k runs layers [k * call_layers(), (k + 1) *
+    // call_layers()) with config call_config(k), on the matching slices of every layer-indexed
+    // buffer.
     int64_t call_count() const { return staged_ ? config_.num_layers : 1; }
     int64_t call_layers() const { return staged_ ? 1 : config_.num_layers; }
     Config call_config(int64_t k) const { return staged_ ? core_.single_layer(k) : core_; }
 
     // Forward over x_ (time-major), h0_, c0_ into y_view_, hn_, cn_. Call k reads x_ (k = 0) or
-    // the dropped-out output of call k - 1 and writes its own stage (the last call writes
-    // y_view_); the stages and masks stay in stages_ for backward.
+    // the (with dropout: dropped-out) output of call k - 1 and writes its own stage (the last
+    // call writes y_view_); the stages and masks stay in stages_ for backward.
     void forward_calls(Span<const int64_t> lengths, bool training) {
         const int64_t calls = call_count(), seq_len = x_.size(0), count = call_layers();
         for (int64_t k = 0; k < calls; ++k) {
             const Config ck = call_config(k);
             ForwardArgs<T> a;
-            a.x = k == 0 ? x_ : stage_view(k - 1, Stage::dropped);
+            a.x = k == 0 ? x_ : stage_view(k - 1, next_input());
             a.lengths = lengths;
             a.h0 = caller_slice(h0_, k, count, config_.state_size());
             a.c0 = caller_slice(c0_, k, count, config_.hidden_size);
@@ -382,7 +406,7 @@ private:
                 training ? variant_->reserve_bytes(ck, dtype_of<T>(), seq_len, batch_) : 0;
             a.context = context_;
             variant_->forward(ck, a);
-            if (k + 1 < calls)
+            if (dropped_ && k + 1 < calls)
                 detail::dropout(device_, context_, seq_len * batch_ * out_width(), dropout_key(k),
                                 config_.dropout, stage(k, Stage::output), stage(k, Stage::mask),
                                 stage(k, Stage::dropped));
@@ -391,6 +415,7 @@ private:
 
     // Backward of forward_calls, last call first: with dropout, each layer's input gradient goes
     // back through the mask below it (in place) to become the output gradient of that layer.
+    // After call k the gradients of its layers are final: the hook hears of them, top first.
     void backward_calls(TensorView<const T> dy, TensorView<const T> dhn, TensorView<const T> dcn,
                         TensorView<T> dx) {
         const int64_t calls = call_count(), seq_len = x_.size(0), count = call_layers();
@@ -402,7 +427,7 @@ private:
             // Two halves alternate, so a call's dx never aliases its dy.
             T* d_in = k > 0 ? d_mid_.template as<T>() + (k % 2) * plane : nullptr;
             BackwardArgs<T> a;
-            a.x = k == 0 ? x_ : stage_view(k - 1, Stage::dropped);
+            a.x = k == 0 ? x_ : stage_view(k - 1, next_input());
             a.lengths = Span<const int64_t>(lengths_);
             a.h0 = caller_slice(h0_, k, count, config_.state_size());
             a.c0 = caller_slice(c0_, k, count, config_.hidden_size);
@@ -421,8 +446,12 @@ private:
             a.reserve_size = variant_->reserve_bytes(ck, dtype_of<T>(), seq_len, batch_);
             a.context = context_;
             variant_->backward(ck, a);
+            if (layer_gradients_ready_)
+                for (int64_t l = (k + 1) * count - 1; l >= k * count; --l)
+                    layer_gradients_ready_(l);
             if (k == 0) break;
-            detail::multiply(device_, context_, plane, d_in, stage(k - 1, Stage::mask), d_in);
+            if (dropped_)
+                detail::multiply(device_, context_, plane, d_in, stage(k - 1, Stage::mask), d_in);
             d_out = TensorView<const T>(d_in, {seq_len, batch_, out_width()}, device_);
         }
     }
@@ -447,12 +476,15 @@ private:
               "unchanged until backward() (a buffer freed and reused in between shows up here)");
     }
 
-    // What stages_ holds per layer below the top, each (T, N, D*S): the layer's own output, its
-    // dropout mask, and the masked output the next layer reads.
+    // What stages_ holds per layer below the top, each (T, N, D*S): the layer's own output, and
+    // with dropout its mask and the masked output the next layer reads (without, only the output).
     enum class Stage { output = 0, mask = 1, dropped = 2 };
+    static constexpr int64_t kDroppedPlanes = 3;
+    Stage next_input() const { return dropped_ ? Stage::dropped : Stage::output; }
     T* stage(int64_t layer, Stage which) const {
         const int64_t plane = x_.size(0) * batch_ * out_width();
-        return stages_.template as<T>() + (3 * layer + static_cast<int64_t>(which)) * plane;
+        const int64_t planes = dropped_ ? kDroppedPlanes : 1;
+        return stages_.template as<T>() + (planes * layer + static_cast<int64_t>(which)) * plane;
     }
     TensorView<const T> stage_view(int64_t layer, Stage which) const {
         return TensorView<const T>(stage(layer, which), {x_.size(0), batch_, out_width()}, device_);
@@ -564,7 +596,7 @@ private:
     Buffer y_, hn_, cn_, dx_, dh0_, dc0_;
     Buffer workspace_, reserve_;
     Buffer x_tm_, y_bf_, dy_tm_, dx_bf_;  // batch_first: the time-major / batch-first copies
-    Buffer stages_, d_mid_;               // dropout: per-layer outputs and masks, their gradients
+    Buffer stages_, d_mid_;  // per-layer calls: outputs (and dropout masks), their gradients
     std::vector<int64_t> lengths_;
     std::vector<size_t> layer_reserve_offset_;  // L entries, sized once by the constructor
     size_t workspace_need_ = 0, reserve_need_ = 0;
@@ -575,7 +607,9 @@ private:
     uint64_t dropout_seed_ = 0, dropout_count_ = 0;
     uint64_t inputs_print_ = 0;  // inputs_fingerprint() of the last training forward
     bool trained_ = false;
-    bool staged_ = false;  // the last training forward ran layer by layer (dropout)
+    bool staged_ = false;   // the last training forward ran layer by layer (dropout or hook)
+    bool dropped_ = false;  // ... and applied dropout between the layers
+    std::function<void(int64_t)> layer_gradients_ready_;  // see set_layer_gradients_ready
 };
 
 using Lstm = LstmT<float>;

@@ -85,6 +85,26 @@ struct BackwardArgs {
     BackwardPart part = BackwardPart::all;  // data / weights: see BackwardPart
 };
 
+// The backward arguments that must be those of the training forward `f` (x, lengths, h0, c0,
+// params, y, workspace, reserve, context); gradients and part are left to the caller. Pointer
+// copies only (host or device alike): nothing is read.
+template <typename T>
+BackwardArgs<T> backward_args_from(const ForwardArgs<T>& f) {
+    BackwardArgs<T> b;
+    b.x = f.x;
+    b.lengths = f.lengths;
+    b.h0 = f.h0;
+    b.c0 = f.c0;
+    b.params = f.params;
+    b.y = f.y;
+    b.workspace = f.workspace;
+    b.workspace_size = f.workspace_size;
+    b.reserve = f.reserve;
+    b.reserve_size = f.reserve_size;
+    b.context = f.context;
+    return b;
+}
+
 // THE interface every LSTM implementation follows. Public entry points validate their arguments
 // (throwing lstm::Error that names the argument) and then call the variant's run_* hooks, which
 // may assume valid input and must not allocate.

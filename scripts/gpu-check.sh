@@ -1,141 +1,339 @@
 #!/usr/bin/env bash
-# One command for a machine with an NVIDIA GPU: configure with CUDA, build the GPU tests and the
-# bench with every core, run the GPU tests (ctest label `gpu`, their output printed), run the GPU
-# benchmarks (Braun and DeepBench, CUDA variants only, JSON kept) and print a table last:
-# variant, scenario, ms, ratio to cudnn.
+# The one GPU run: build, test every GPU case in its own process, memcheck, benchmark, summarize.
+# Written for a bare CUDA machine (the CUDA toolkit, CMake, ninja, g++, Python; no Debian -dev
+# packages, no network), lent for minutes, whose output comes back only as the last lines printed
+# and a few files.
 #
-#   bash scripts/gpu-check.sh [build-dir]     (default build-dir: build-gpu)
+#   bash scripts/gpu-check.sh [--quick] [build-dir]          (default build-dir: build-gpu)
 #
-# Exit status: 0 when the build, every GPU test and every benchmark case passed; non-zero
-# otherwise (a failed or skipped GPU test, a benchmark case that errored), but the table of what
-# ran is printed either way. Budget: under 8 minutes on an H200 with 16 cores; each phase has its
-# own time limit below so a hang cannot eat the rest.
+# Before: scripts/gpu-deps.sh on the development machine makes .gpu-deps (Eigen, nlohmann-json,
+# Catch2, Google Benchmark, Highway); carry that folder with the working tree. cuDNN comes from
+# CUDNN_ROOT or from the pip wheel nvidia-cudnn-cu13 (asked of python3); without it the script
+# stops before building, because a build without cuDNN would silently drop the cudnn variant.
 #
-# Environment: LSTM_GPU_CHECK_BENCH_FILTER overrides the benchmark filter;
-# LSTM_GPU_CHECK_MIN_TIME the seconds Google Benchmark spends per case (default 0.2).
+# Phases, each printing its seconds:
+#   1. device and cuDNN;  2. configure;  3. build lstm_gpu_tests and lstm_bench;
+#   4. every GPU test case in its own process with its own time limit (cuDNN and CTC cases
+#      first), one line each: passed, failed, crashed, timed out or skipped, with the worst error
+#      as a fraction of its tolerance;
+#   5. compute-sanitizer memcheck on the small case of each kernel family ([memcheck]), if time is
+#      left;  6. the GPU benchmarks (Braun and DeepBench), console output, tabulated even when cut
+#      short;  7. the summary table.
+# --quick stops after phase 4 (about 4 minutes); the full run takes about 7 minutes on 16 cores.
+#
+# Files (at most 8) go to $OUT when it is set (the device machine's folder that comes back), else
+# to <build-dir>/gpu-check: summary.txt, build.log, tests.log, cases.tsv, memcheck.log,
+# memcheck.tsv, bench.log.
+#
+# Exit status: 0 only when every case passed, memcheck found nothing and no benchmark errored;
+# 2 when the build failed; 3 when cuDNN was not found; 1 otherwise (a case skipped for want of a
+# device counts as not verified).
+#
+# Environment (defaults in brackets): LSTM_GPU_DEPS [.gpu-deps], CUDNN_ROOT, NCCL_ROOT,
+# LSTM_GPU_CHECK_BUDGET [420 s; 240 with --quick], LSTM_GPU_CHECK_BUILD_LIMIT [220 s],
+# LSTM_GPU_CHECK_CASE_LIMIT [90 s per case], LSTM_GPU_CHECK_PARALLEL [cases at once: 8 on 16 or
+# more cores, else 4], LSTM_GPU_CHECK_MIN_TIME [0.05 s per benchmark case],
+# LSTM_GPU_CHECK_BENCH_FILTER, CMAKE_CUDA_ARCHITECTURES [90].
 
 set -u -o pipefail
 
+usage() { sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+quick=0
+build=""
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        -h | --help) usage; exit 0 ;;
+        -*) echo "gpu-check: unknown option $arg" >&2; exit 64 ;;
+        *) build="$arg" ;;
+    esac
+done
+
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-build-gpu}"
+build="${build:-build-gpu}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
-results="$build/gpu-check"
-bench_json="$results/bench.json"
-filter="${LSTM_GPU_CHECK_BENCH_FILTER:-(braun|deepbench)/.*/cuda/}"
-min_time="${LSTM_GPU_CHECK_MIN_TIME:-0.2}"
+out="${OUT:-$build/gpu-check}"
+deps="${LSTM_GPU_DEPS:-$root/.gpu-deps}"
+case "$deps" in /*) ;; *) deps="$root/$deps" ;; esac
+budget="${LSTM_GPU_CHECK_BUDGET:-$((quick ? 240 : 420))}"
+build_limit="${LSTM_GPU_CHECK_BUILD_LIMIT:-220}"
+case_limit="${LSTM_GPU_CHECK_CASE_LIMIT:-90}"
 jobs="$(nproc)"
+# Cases at once: each takes a CUDA context and a share of the cores for its CPU oracle.
+parallel="${LSTM_GPU_CHECK_PARALLEL:-$((jobs >= 16 ? 8 : 4))}"
+min_time="${LSTM_GPU_CHECK_MIN_TIME:-0.05}"
+bench_filter="${LSTM_GPU_CHECK_BENCH_FILTER:-(braun|deepbench)/.*/cuda/}"
 
-# Phase limits in seconds; their sum (470 s) keeps the whole check under 8 minutes even when
-# every phase runs to its limit.
-configure_limit=30
-build_limit=210
-test_limit=90
-bench_limit=140
+mkdir -p "$out" "$build"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+summary="$out/summary.txt"
+phases="$work/phases.tsv"
+: > "$phases"
+rm -f "$out"/{summary.txt,build.log,tests.log,cases.tsv,memcheck.log,memcheck.tsv,bench.log}
 
-status=0
-failures=()
-note_failure() {
-    failures+=("$1")
-    status=1
+start=$SECONDS
+deadline=$((start + budget))
+left() { echo $((deadline - SECONDS)); }
+banner() { printf '\n==== %s (at %d s) ====\n' "$1" $((SECONDS - start)); }
+phase_start=0
+begin_phase() { banner "$1"; phase_start=$SECONDS; }
+# phase name, outcome: one row of the summary's phase table.
+end_phase() {
+    local seconds=$((SECONDS - phase_start))
+    printf '%s\t%d\t%s\n' "$1" "$seconds" "$2" >> "$phases"
+    echo "-- $1: $2 ($seconds s)"
+}
+summarize() {
+    python3 "$root/scripts/gpu_check_summary.py" --out "$out" --phases "$phases" \
+        --info "$work/info.txt" > "$summary"
+    local rc=$?
+    cat "$summary"
+    return $rc
 }
 
-banner() { printf '\n==== %s ====\n' "$1"; }
+# ---------------------------------------------------------------------------------------------
+begin_phase "device and cuDNN"
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit: $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)"
+    cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "host CPU: $cpu, $jobs cores"
+    if command -v nvidia-smi > /dev/null 2>&1; then
+        gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)"
+        echo "GPU: $(echo "$gpu" | head -1)"
+    else
+        echo "GPU: none (nvidia-smi not found)"
+    fi
+    echo "nvcc: $(nvcc --version 2> /dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
+} > "$work/info.txt"
+cat "$work/info.txt"
 
-mkdir -p "$results"
-start_seconds=$SECONDS
-
-banner "device"
-if command -v nvidia-smi > /dev/null 2>&1; then
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
-        note_failure "nvidia-smi could not query the GPU"
-else
-    echo "nvidia-smi not found"
+# python3 -> the folder of an installed nvidia-* wheel (nvidia.cudnn, nvidia.nccl), or nothing.
+wheel_dir() {
+    python3 -c "import importlib, sys
+m = importlib.import_module('nvidia.$1')
+print(list(m.__path__)[0])" 2> /dev/null
+}
+cudnn_root="${CUDNN_ROOT:-}"
+cudnn_from="CUDNN_ROOT"
+if [ -z "$cudnn_root" ]; then
+    cudnn_root="$(wheel_dir cudnn)"
+    cudnn_from="pip wheel nvidia-cudnn-cu13"
 fi
+if [ -z "$cudnn_root" ]; then
+    nvcc_path="$(command -v nvcc 2> /dev/null || echo /nonexistent/bin/nvcc)"
+    toolkit="$(dirname "$(dirname "$nvcc_path")")"
+    if [ -f "$toolkit/include/cudnn.h" ]; then cudnn_root="$toolkit"; cudnn_from="CUDA toolkit"; fi
+fi
+cudnn_lib=""
+for d in "$cudnn_root/lib" "$cudnn_root/lib64"; do
+    if compgen -G "$d/libcudnn.so*" > /dev/null; then cudnn_lib="$d"; break; fi
+done
+if [ -z "$cudnn_root" ] || [ ! -f "$cudnn_root/include/cudnn.h" ] || [ -z "$cudnn_lib" ]; then
+    msg="cuDNN not found (no CUDNN_ROOT, no python3 module nvidia.cudnn, nothing in the toolkit;"
+    msg="$msg looked for include/cudnn.h and lib/libcudnn.so*): stopping before the build"
+    echo "gpu-check: $msg" >&2
+    end_phase "device and cuDNN" "$msg"
+    summarize
+    exit 3
+fi
+cudnn_version="$(sed -n 's/^#define CUDNN_\(MAJOR\|MINOR\|PATCHLEVEL\) *\([0-9]*\).*/\2/p' \
+    "$cudnn_root/include/cudnn_version.h" 2> /dev/null | paste -sd.)"
+echo "cuDNN: ${cudnn_version:-?} from the $cudnn_from at $cudnn_root" | tee -a "$work/info.txt"
+# NCCL is optional (its test needs MPI too); the wheel's library has no unversioned link either.
+nccl_root="${NCCL_ROOT:-$(wheel_dir nccl)}"
+[ -n "$nccl_root" ] && export NCCL_ROOT="$nccl_root"
+# cuDNN loads its sub-libraries (libcudnn_ops.so.9, ...) by name at run time.
+export LD_LIBRARY_PATH="$cudnn_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -n "$nccl_root" ] && export LD_LIBRARY_PATH="$nccl_root/lib:$LD_LIBRARY_PATH"
+end_phase "device and cuDNN" "cuDNN ${cudnn_version:-?}"
 
-banner "configure ($build)"
-if ! timeout "$configure_limit" cmake -S "$root" -B "$build" -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DLSTM_CUDA=ON -DLSTM_BUILD_TESTS=ON -DLSTM_BUILD_BENCH=ON; then
-    echo "gpu-check: configure failed" >&2
+# ---------------------------------------------------------------------------------------------
+begin_phase "configure ($build)"
+prefix_args=()
+if [ -d "$deps/usr" ]; then
+    prefix_args=("-DCMAKE_PREFIX_PATH=$deps/usr")
+else
+    echo "no $deps (scripts/gpu-deps.sh makes it): relying on packages installed here"
+fi
+timeout 60 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DLSTM_CUDA=ON -DLSTM_CUDNN=ON "-DCUDNN_ROOT=$cudnn_root" -DLSTM_ONEDNN=OFF \
+    -DLSTM_BUILD_TESTS=ON -DLSTM_BUILD_BENCH=ON -DLSTM_BUILD_EXAMPLES=OFF \
+    "-DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-90}" "${prefix_args[@]}" \
+    > "$out/build.log" 2>&1
+rc=$?
+grep -E "^-- lstm" "$out/build.log"
+if [ "$rc" -ne 0 ]; then
+    tail -n 30 "$out/build.log"
+    end_phase configure "failed (exit $rc); see build.log"
+    summarize
     exit 2
 fi
+end_phase configure "ok"
 
-banner "build lstm_gpu_tests lstm_bench (-j $jobs)"
-# Only what the check runs: the GPU tests and the bench (the CPU suite is CI's job).
-if ! timeout "$build_limit" cmake --build "$build" --target lstm_gpu_tests lstm_bench -j "$jobs"; then
-    echo "gpu-check: build failed" >&2
+# ---------------------------------------------------------------------------------------------
+begin_phase "build lstm_gpu_tests lstm_bench (-j $jobs, limit $build_limit s)"
+timeout "$build_limit" cmake --build "$build" --target lstm_gpu_tests lstm_bench -j "$jobs" \
+    >> "$out/build.log" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ]; then
+    grep -E -m 20 "error|Error" "$out/build.log"
+    tail -n 15 "$out/build.log"
+    why="failed (exit $rc)"
+    [ "$rc" -eq 124 ] && why="stopped at its limit of $build_limit s"
+    end_phase build "$why; see build.log"
+    summarize
     exit 2
 fi
+end_phase build "ok"
 
-banner "GPU tests (ctest -L gpu)"
-ctest_log="$results/ctest.log"
-# -V prints every GPU test's own output (device, worst mismatches), not only on failure.
-timeout "$test_limit" ctest --test-dir "$build" -L gpu -V --output-on-failure \
-    --timeout "$test_limit" 2>&1 | tee "$ctest_log"
-test_rc=${PIPESTATUS[0]}
-if [ "$test_rc" -ne 0 ]; then
-    note_failure "GPU tests failed (ctest exit $test_rc)"
-elif grep -q "Skipped" "$ctest_log"; then
-    # Exit 77 (no device visible) is a skip for ctest, but this script exists to run them.
-    note_failure "GPU tests were skipped: no CUDA device visible to the test executable"
+# ---------------------------------------------------------------------------------------------
+exe="$build/tests/lstm_gpu_tests"
+# Catch2 test-spec characters in a name (",[]\"*~\\") are escaped so that the name matches itself.
+escape_name() { printf '%s' "$1" | sed 's/[][\\,"*~]/\\&/g'; }
+# A case in its own process: `run_case INDEX NAME LIMIT LOG-PREFIX [wrapper...]` writes
+# PREFIX.INDEX.log and PREFIX.INDEX.rc.
+run_case() {
+    local index=$1 name=$2 limit=$3 prefix=$4
+    shift 4
+    local t0=$SECONDS
+    timeout -k 5 "$limit" "$@" "$exe" "$(escape_name "$name")" > "$prefix.$index.log" 2>&1
+    printf '%d %d\n' $? $((SECONDS - t0)) > "$prefix.$index.rc"
+}
+# exit status, log -> one word: passed, failed, crashed, timed_out, skipped, memcheck_errors
+# (compute-sanitizer's --error-exitcode below).
+classify() {
+    local rc=$1 log=$2
+    case "$rc" in
+        0) if grep -q "No test cases matched" "$log"; then echo failed; else echo passed; fi ;;
+        77) echo skipped ;;
+        99) if grep -q "ERROR SUMMARY" "$log"; then echo memcheck_errors; else echo failed; fi ;;
+        124 | 137) echo timed_out ;;
+        *) if [ "$rc" -gt 128 ]; then echo crashed; else echo failed; fi ;;
+    esac
+}
+# Runs the named cases PARALLEL at a time until they end or the phase deadline comes; prints a
+# line per case as it ends and appends "name<TAB>status<TAB>seconds<TAB>worst<TAB>detail" rows
+# to TSV (worst: the case's worst-of-tolerance line, "0.12 (label)").
+# run_cases TSV LOG PHASE-DEADLINE PARALLEL CASE-LIMIT [wrapper...] < names
+run_cases() {
+    local tsv=$1 log=$2 phase_deadline=$3 width=$4 limit=$5
+    shift 5
+    local -a names=()
+    mapfile -t names
+    local prefix="$work/case"
+    local next=0 running=0 done_count=0 total=${#names[@]}
+    local -A started=()
+    while [ "$done_count" -lt "$total" ]; do
+        while [ "$running" -lt "$width" ] && [ "$next" -lt "$total" ] &&
+              [ $((phase_deadline - SECONDS)) -gt 5 ]; do
+            local this_limit=$limit
+            local phase_left=$((phase_deadline - SECONDS))
+            [ "$phase_left" -lt "$this_limit" ] && this_limit=$phase_left
+            run_case "$next" "${names[$next]}" "$this_limit" "$prefix" "$@" &
+            started[$next]=1
+            next=$((next + 1))
+            running=$((running + 1))
+        done
+        if [ "$running" -eq 0 ]; then break; fi
+        wait -n
+        # Collect every case that has finished (wait -n may cover several).
+        local i
+        for i in "${!started[@]}"; do
+            [ -f "$prefix.$i.rc" ] || continue
+            local rc seconds status worst detail=""
+            read -r rc seconds < "$prefix.$i.rc"
+            local case_log="$prefix.$i.log"
+            status="$(classify "$rc" "$case_log")"
+            worst="$(grep -m1 '^worst-of-tolerance:' "$case_log" | cut -d: -f2- | sed 's/^ //')"
+            case "$status" in
+                failed | memcheck_errors)
+                    detail="exit $rc: $(grep -m1 -E \
+                        'FAILED|No test cases matched|threw|ERROR SUMMARY' "$case_log" |
+                        cut -c1-120)" ;;
+                crashed) detail="signal $((rc - 128)) ($(kill -l $((rc - 128)) 2> /dev/null))" ;;
+                timed_out) detail="over its limit" ;;
+                skipped) detail="$(grep -m1 -i 'skip' "$prefix.$i.log" | cut -c1-100)" ;;
+            esac
+            printf '%-9s %4ss  %s  [%s]\n' "$status" "$seconds" "${names[$i]}" "${worst:-$detail}"
+            [ -n "$worst" ] && [ -n "$detail" ] && echo "            $detail"
+            printf '%s\t%s\t%s\t%s\t%s\n' "${names[$i]}" "$status" "$seconds" "$worst" "$detail" \
+                >> "$tsv"
+            {
+                echo "===== ${names[$i]} : $status (exit $rc, $seconds s)"
+                cat "$case_log"
+            } >> "$log"
+            rm -f "$prefix.$i.rc" "$prefix.$i.log"
+            unset "started[$i]"
+            running=$((running - 1))
+            done_count=$((done_count + 1))
+        done
+    done
+    local i
+    for ((i = next; i < total; ++i)); do
+        printf '%-9s %4ss  %s  [%s]\n' not_run 0 "${names[$i]}" "no time left in the phase"
+        printf '%s\t%s\t%s\t\t%s\n' "${names[$i]}" not_run 0 "no time left in the phase" >> "$tsv"
+    done
+}
+
+# Reserve the later phases' minimum (benchmarks and summary) unless --quick.
+if [ "$quick" -eq 1 ]; then reserve=5; else reserve=70; fi
+begin_phase "GPU test cases, one process each ($parallel at a time, limit $case_limit s each)"
+# Cases share the cores: the CPU oracle inside each case gets its part of them.
+export OMP_NUM_THREADS=$(((jobs + parallel - 1) / parallel))
+"$exe" --list-test-names-only 2> "$work/list.err" | sed '/^[[:space:]]*$/d' > "$work/cases.txt"
+if [ ! -s "$work/cases.txt" ]; then
+    cat "$work/list.err"
+    end_phase tests "could not list the cases"
+    summarize
+    exit 1
+fi
+# cuDNN and CTC first: they are the cases a first run most needs to see.
+{ grep -E 'cudnn|ctc' "$work/cases.txt"; grep -v -E 'cudnn|ctc' "$work/cases.txt"; } |
+    run_cases "$out/cases.tsv" "$out/tests.log" $((deadline - reserve)) "$parallel" "$case_limit"
+counts="$(cut -f2 "$out/cases.tsv" | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')"
+end_phase tests "${counts%, }"
+
+if [ "$quick" -eq 0 ]; then
+    # -----------------------------------------------------------------------------------------
+    begin_phase "compute-sanitizer memcheck, one small case per kernel family"
+    if ! command -v compute-sanitizer > /dev/null 2>&1; then
+        echo "compute-sanitizer not found" > "$out/memcheck.log"
+        end_phase memcheck "skipped: compute-sanitizer not found"
+    elif [ "$(left)" -lt 60 ]; then
+        end_phase memcheck "skipped: $(left) s left, kept for the benchmarks"
+    else
+        "$exe" --list-test-names-only "[memcheck]" 2> /dev/null | sed '/^[[:space:]]*$/d' |
+            run_cases "$out/memcheck.tsv" "$out/memcheck.log" $((deadline - 50)) 2 "$case_limit" \
+                compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20
+        counts="$(cut -f2 "$out/memcheck.tsv" | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')"
+        end_phase memcheck "${counts%, }"
+    fi
+
+    # -----------------------------------------------------------------------------------------
+    bench_limit=$(($(left) - 8))
+    begin_phase "GPU benchmarks ($bench_filter, limit $bench_limit s)"
+    if [ "$bench_limit" -lt 15 ]; then
+        end_phase bench "skipped: $(left) s left"
+    else
+        # Console output: each case's line is printed as it ends, so a run stopped at its limit
+        # still leaves every finished case to tabulate.
+        timeout -k 5 "$bench_limit" "$build/bench/lstm_bench" --benchmark_filter="$bench_filter" \
+            --benchmark_min_time="$min_time" --benchmark_time_unit=ms \
+            --benchmark_color=false --benchmark_counters_tabular=false \
+            > "$out/bench.log" 2>&1
+        rc=$?
+        why="ok"
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            why="stopped at its limit (the finished cases are tabulated)"
+        fi
+        [ "$rc" -ne 0 ] && [ "$why" = ok ] && why="exit $rc"
+        end_phase bench "$why"
+    fi
 fi
 
-banner "GPU benchmarks ($filter)"
-rm -f "$bench_json"
-timeout "$bench_limit" "$build/bench/lstm_bench" \
-    --benchmark_filter="$filter" \
-    --benchmark_min_time="$min_time" \
-    --benchmark_out="$bench_json" --benchmark_out_format=json
-bench_rc=$?
-if [ "$bench_rc" -ne 0 ]; then
-    note_failure "lstm_bench exited with $bench_rc (124: it ran past ${bench_limit}s)"
-fi
-
-banner "table (ms per call; ratio = time / cudnn's time on the same case)"
-if [ -s "$bench_json" ]; then
-    python3 - "$bench_json" << 'PY' || note_failure "a benchmark case errored (see the table)"
-import json
-import re
-import sys
-
-with open(sys.argv[1]) as f:
-    report = json.load(f)
-
-pattern = re.compile(r"^(?P<scenario>.+)/cuda/(?P<variant>[^/]+)(/manual_time)?$")
-to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-rows = []  # (scenario, variant, ms or None, error)
-for b in report.get("benchmarks", []):
-    if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-        continue
-    m = pattern.match(b.get("run_name", b["name"]))
-    if not m:
-        continue
-    if b.get("error_occurred"):
-        rows.append((m["scenario"], m["variant"], None, b.get("error_message", "error")))
-    else:
-        rows.append((m["scenario"], m["variant"], b["real_time"] * to_ms[b["time_unit"]], ""))
-
-cudnn = {s: ms for s, v, ms, _ in rows if v == "cudnn" and ms is not None}
-print(f"{'variant':<8} {'scenario':<40} {'ms':>10} {'x cudnn':>8}")
-errors = 0
-for scenario, variant, ms, error in rows:
-    if ms is None:
-        errors += 1
-        print(f"{variant:<8} {scenario:<40} {'error':>10} {'':>8}  {error[:100]}")
-        continue
-    ratio = f"{ms / cudnn[scenario]:.2f}" if scenario in cudnn else "-"
-    print(f"{variant:<8} {scenario:<40} {ms:>10.3f} {ratio:>8}")
-print(f"{len(rows)} cases, {errors} errors; JSON: {sys.argv[1]}")
-sys.exit(1 if errors else 0)
-PY
-else
-    echo "no benchmark results in $bench_json"
-    note_failure "no benchmark results"
-fi
-
-banner "summary ($((SECONDS - start_seconds)) s)"
-if [ "$status" -eq 0 ]; then
-    echo "gpu-check: PASSED"
-else
-    for f in "${failures[@]}"; do echo "gpu-check: FAILED: $f"; done
-fi
-exit "$status"
+banner "summary"
+summarize
+exit $?

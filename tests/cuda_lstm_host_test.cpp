@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -20,6 +21,7 @@
 #include "variant_runner.hpp"
 
 #if LSTM_WITH_CUDA
+#include "lstm/cuda/context.hpp"
 #include "lstm/registry.hpp"
 #endif
 
@@ -67,32 +69,41 @@ struct HostBackend {
 // did not write first shows up in the results.
 void poison(void* data, size_t bytes) { std::memset(data, 0xFF, bytes); }
 
+// Where the workspace and the reserve start, in bytes past a 64-byte aligned allocation: a
+// caller may hand the variants any address.
+struct Offsets {
+    size_t workspace = 0, reserve = 0;
+};
+
 // Buffers and the uploaded index of one emulated call sequence.
 template <typename T>
 struct Emulation {
     LoopStyle style;
     const reference::LstmCase& c;
-    lstm::detail::AlignedBuffer workspace, reserve;
+    lstm::detail::AlignedBuffer workspace_storage, reserve_storage;
+    char* workspace = nullptr;  // workspace_storage + offsets.workspace
+    char* reserve = nullptr;    // reserve_storage + offsets.reserve
     size_t ws_bytes = 0, rs_bytes = 0;
     std::vector<int64_t> staging;  // the host FrameIndex (the pinned staging area on the GPU)
     cuda::FrameIndex host{};
     HostBackend<T> backend;
 
-    Emulation(LoopStyle s, const reference::LstmCase& cs) : style(s), c(cs) {
+    Emulation(LoopStyle s, const reference::LstmCase& cs, Offsets offsets = {}) : style(s), c(cs) {
         const Config& cfg = c.in.config;
         ws_bytes = cuda::workspace_size(cfg, dtype_of<T>(), c.in.seq_len, c.in.batch);
         rs_bytes = cuda::reserve_size(cfg, dtype_of<T>(), c.in.seq_len, c.in.batch);
-        workspace.reserve(ws_bytes);
-        reserve.reserve(rs_bytes);
-        poison(workspace.data(), ws_bytes);
-        poison(reserve.data(), rs_bytes);
+        workspace = static_cast<char*>(workspace_storage.reserve(ws_bytes + offsets.workspace)) +
+                    offsets.workspace;
+        reserve = static_cast<char*>(reserve_storage.reserve(rs_bytes + offsets.reserve)) +
+                  offsets.reserve;
+        poison(workspace, ws_bytes);
+        poison(reserve, rs_bytes);
         staging.assign(cuda::frame_index_count(c.in.seq_len, c.in.batch), -1);
         host = cuda::carve_frame_index(staging.data(), c.in.seq_len, c.in.batch);
         cuda::make_frame_index(Span<const int64_t>(c.in.lengths), c.in.seq_len, c.in.batch, host);
         // The upload: the workspace's index block receives the staging area.
-        lstm::detail::Carver carve(workspace.data());
         const cuda::Workspace<T> ws =
-            cuda::carve_workspace<T>(carve, cfg, c.in.seq_len, c.in.batch);
+            cuda::workspace_in<T>(workspace, cfg, c.in.seq_len, c.in.batch);
         std::memcpy(ws.index, staging.data(), staging.size() * sizeof(int64_t));
     }
 
@@ -109,12 +120,12 @@ template <typename T>
 reference::VariantResult emulate(LoopStyle style, const reference::LstmCase& c, bool training,
                                  bool split, const std::vector<double>& before = {},
                                  std::vector<std::pair<int, int>>* waits = nullptr,
-                                 int64_t* lane1_work = nullptr) {
-    Emulation<T> em(style, c);
+                                 int64_t* lane1_work = nullptr, Offsets offsets = {}) {
+    Emulation<T> em(style, c, offsets);
     reference::RunBuffers buffers;
-    buffers.workspace = em.workspace.data();
+    buffers.workspace = em.workspace;
     buffers.workspace_size = em.ws_bytes;
-    buffers.reserve = em.reserve.data();
+    buffers.reserve = em.reserve;
     buffers.reserve_size = em.rs_bytes;
     std::vector<BackwardPart> parts;
     if (training)
@@ -217,9 +228,9 @@ TEST_CASE("cuda loop: what a projection adds to the queued work", "[cuda_host]")
                 make_case(k == 0 ? plain : projected, seq_len, 2, {}, true, 5);
             Emulation<float> em(style, c);
             reference::RunBuffers buffers;
-            buffers.workspace = em.workspace.data();
+            buffers.workspace = em.workspace;
             buffers.workspace_size = em.ws_bytes;
-            buffers.reserve = em.reserve.data();
+            buffers.reserve = em.reserve;
             buffers.reserve_size = em.rs_bytes;
             reference::run_case_parts<float>(
                 c, buffers, {BackwardPart::all},
@@ -297,13 +308,14 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
         const int64_t seq_len = 7, batch = 5;
         const size_t ws_bytes = cuda::workspace_size(config, DType::f32, seq_len, batch);
         const size_t rs_bytes = cuda::reserve_size(config, DType::f32, seq_len, batch);
-        // Any base works (device pointers on the GPU): carve from a fake aligned address.
+        // Carving from an aligned base takes all but the slack left for an unaligned one.
+        constexpr size_t slack = lstm::detail::kDeviceAlignment - 1;
         char* const base = reinterpret_cast<char*>(uintptr_t(1) << 20);
         lstm::detail::Carver wc(base), rc(base);
         const auto ws = cuda::carve_workspace<float>(wc, config, seq_len, batch);
         const auto rs = cuda::carve_reserve<float>(rc, config, seq_len, batch);
-        CHECK(wc.bytes() == ws_bytes);
-        CHECK(rc.bytes() == rs_bytes);
+        CHECK(wc.bytes() + slack == ws_bytes);
+        CHECK(rc.bytes() + slack == rs_bytes);
         const int64_t frames = seq_len * batch, H = config.hidden_size;
         const int64_t Hs = config.state_size(), P = config.proj_size;
         const int64_t W = std::max(config.input_size, config.output_size());
@@ -346,18 +358,208 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
             CHECK(rs.h_raw == nullptr);
             CHECK(rs.dh == nullptr);
             CHECK(reinterpret_cast<char*>(rs.h_prev) + sizeof(float) * cells * frames * H ==
-                  base + rs_bytes);
+                  base + rs_bytes - slack);
         } else {
             CHECK(reinterpret_cast<char*>(rs.h_prev) + sizeof(float) * cells * frames * Hs <=
                   reinterpret_cast<char*>(rs.h_raw));
             CHECK(reinterpret_cast<char*>(rs.h_raw) + sizeof(float) * cells * frames * H <=
                   reinterpret_cast<char*>(rs.dh));
             CHECK(reinterpret_cast<char*>(rs.dh) + sizeof(float) * cells * frames * P ==
-                  base + rs_bytes);
+                  base + rs_bytes - slack);
         }
         CHECK(cuda::workspace_size(config, DType::f64, seq_len, batch) > ws_bytes);
     }
 }
+
+TEST_CASE("carving from a boundary: padding arithmetic on fake addresses", "[cuda_host]") {
+    using lstm::detail::kDeviceAlignment;
+    using lstm::detail::padding_to_boundary;
+    CHECK(padding_to_boundary(0, 256) == 0);
+    CHECK(padding_to_boundary(1, 256) == 255);
+    CHECK(padding_to_boundary(255, 256) == 1);
+    CHECK(padding_to_boundary(256, 256) == 0);
+    CHECK(padding_to_boundary(0x10004, 256) == 252);
+    CHECK(padding_to_boundary(0x10004, 64) == 60);
+    CHECK(padding_to_boundary(0x10040, 64) == 0);
+    // Every start within one boundary's span: the carved arrays land at the same absolute
+    // addresses (the next boundary), which are aligned, and the last byte stays within the
+    // counted size plus the slack (exactly at it for the worst start, one past a boundary).
+    auto carve_three = [](lstm::detail::Carver& carve) {
+        std::vector<uintptr_t> out;
+        out.push_back(reinterpret_cast<uintptr_t>(carve.take<double>(3)));
+        out.push_back(reinterpret_cast<uintptr_t>(carve.take<int64_t>(5)));
+        out.push_back(reinterpret_cast<uintptr_t>(carve.take<float>(7)));
+        return out;
+    };
+    lstm::detail::Carver counter(nullptr);
+    carve_three(counter);
+    const size_t counted = counter.bytes();
+    const size_t size = counted + kDeviceAlignment - 1;
+    const uintptr_t boundary = uintptr_t(1) << 20;
+    for (uintptr_t start = boundary - kDeviceAlignment + 1; start <= boundary; ++start) {
+        INFO("base " << start);
+        lstm::detail::Carver carve =
+            lstm::detail::carver_from_boundary<kDeviceAlignment>(reinterpret_cast<void*>(start));
+        const std::vector<uintptr_t> got = carve_three(carve);
+        CHECK(got[0] == boundary);
+        for (uintptr_t a : got) CHECK(a % lstm::detail::Carver::kAlignment == 0);
+        CHECK(boundary + counted <= start + size);
+        if (start == boundary - kDeviceAlignment + 1) CHECK(boundary + counted == start + size);
+    }
+    // A null base still only counts.
+    lstm::detail::Carver null_carve = lstm::detail::carver_from_boundary<kDeviceAlignment>(nullptr);
+    CHECK(null_carve.take<float>(10) == nullptr);
+}
+
+TEST_CASE(
+    "cuda workspace and reserve at any address: same layout from the first 256-byte "
+    "boundary, inside the sized bytes",
+    "[cuda_host]") {
+    Config projected{123, 320, 4, true};
+    projected.proj_size = 100;
+    const int64_t seq_len = 7, batch = 5;
+    for (const Config& config : {Config{3, 5, 1, false}, Config{123, 320, 4, true}, projected}) {
+        for (DType dtype : {DType::f32, DType::f64}) {
+            INFO("proj_size " << config.proj_size << ", " << to_string(dtype));
+            const size_t ws_bytes = cuda::workspace_size(config, dtype, seq_len, batch);
+            const size_t rs_bytes = cuda::reserve_size(config, dtype, seq_len, batch);
+            // Last byte each carving touches, relative to the boundary it starts from.
+            const uintptr_t aligned = uintptr_t(1) << 24;
+            auto ends = [&](uintptr_t base) {
+                void* p = reinterpret_cast<void*>(base);
+                const uintptr_t start =
+                    base + lstm::detail::padding_to_boundary(base, lstm::detail::kDeviceAlignment);
+                if (dtype == DType::f32) {
+                    const auto ws = cuda::workspace_in<float>(p, config, seq_len, batch);
+                    const auto rs = cuda::reserve_in<float>(p, config, seq_len, batch);
+                    return std::vector<uintptr_t>{reinterpret_cast<uintptr_t>(ws.index) - start,
+                                                  reinterpret_cast<uintptr_t>(ws.ones) - start,
+                                                  reinterpret_cast<uintptr_t>(rs.out) - start,
+                                                  reinterpret_cast<uintptr_t>(rs.h_prev) - start};
+                }
+                const auto ws = cuda::workspace_in<double>(p, config, seq_len, batch);
+                const auto rs = cuda::reserve_in<double>(p, config, seq_len, batch);
+                return std::vector<uintptr_t>{reinterpret_cast<uintptr_t>(ws.index) - start,
+                                              reinterpret_cast<uintptr_t>(ws.ones) - start,
+                                              reinterpret_cast<uintptr_t>(rs.out) - start,
+                                              reinterpret_cast<uintptr_t>(rs.h_prev) - start};
+            };
+            const std::vector<uintptr_t> want = ends(aligned);
+            CHECK(want[0] == 0);
+            CHECK(want[2] == 0);
+            for (uintptr_t offset : {1, 4, 8, 16, 64, 100, 255}) {
+                INFO("base offset " << offset);
+                const uintptr_t base = aligned + offset;
+                CHECK(ends(base) == want);
+                // The carving from the next boundary still fits the sized bytes.
+                lstm::detail::Carver wc =
+                    lstm::detail::carver_from_boundary<lstm::detail::kDeviceAlignment>(
+                        reinterpret_cast<void*>(base));
+                lstm::detail::Carver rc =
+                    lstm::detail::carver_from_boundary<lstm::detail::kDeviceAlignment>(
+                        reinterpret_cast<void*>(base));
+                if (dtype == DType::f32) {
+                    cuda::carve_workspace<float>(wc, config, seq_len, batch);
+                    cuda::carve_reserve<float>(rc, config, seq_len, batch);
+                } else {
+                    cuda::carve_workspace<double>(wc, config, seq_len, batch);
+                    cuda::carve_reserve<double>(rc, config, seq_len, batch);
+                }
+                const uintptr_t start = aligned + lstm::detail::kDeviceAlignment;
+                CHECK(start + wc.bytes() <= base + ws_bytes);
+                CHECK(start + rc.bytes() <= base + rs_bytes);
+            }
+        }
+    }
+}
+
+TEST_CASE("cuda loop: workspace and reserve at unaligned addresses give the aligned bits",
+          "[cuda_host]") {
+    Config projected{4, 6, 2, true};
+    projected.proj_size = 3;
+    const Offsets offsets[] = {{4, 4}, {8, 8}, {16, 16}, {1, 200}, {100, 36}};
+    for (const Config& config : {Config{3, 5, 2, true}, projected}) {
+        const reference::LstmCase c = make_case(config, 6, 3, {4, 6, 3}, true, 555);
+        const std::vector<double> start = random_vector(param_count(config), 23);
+        for (LoopStyle style : {LoopStyle::basic, LoopStyle::fused}) {
+            const auto aligned = emulate<double>(style, c, true, false, start);
+            const auto aligned_inference = emulate<double>(style, c, false, false);
+            for (const Offsets& o : offsets) {
+                INFO("style " << cuda::to_string(style) << ", proj_size " << config.proj_size
+                              << ", workspace +" << o.workspace << ", reserve +" << o.reserve);
+                const auto got = emulate<double>(style, c, true, false, start, nullptr, nullptr, o);
+                CHECK(got.y == aligned.y);
+                CHECK(got.hn == aligned.hn);
+                CHECK(got.cn == aligned.cn);
+                CHECK(got.dx == aligned.dx);
+                CHECK(got.dh0 == aligned.dh0);
+                CHECK(got.dc0 == aligned.dc0);
+                CHECK(got.dparams == aligned.dparams);
+                const auto inference =
+                    emulate<double>(style, c, false, false, {}, nullptr, nullptr, o);
+                CHECK(inference.y == aligned_inference.y);
+                CHECK(inference.hn == aligned_inference.hn);
+                CHECK(inference.cn == aligned_inference.cn);
+            }
+        }
+    }
+}
+
+TEST_CASE("cuda graph schedule: eager first, capture on the repeat, replay after", "[cuda_host]") {
+    using cuda::GraphAction;
+    cuda::GraphSchedule schedule;
+    schedule.reserve(8);
+    const std::vector<uint64_t> a = {0, 1, 7, 0x1000}, b = {0, 1, 5, 0x1000};
+    bool have_graph = false;
+    // One call of signature `sig`: what the schedule decides, recorded as execute() does.
+    auto call = [&](const std::vector<uint64_t>& sig) {
+        std::vector<uint64_t> scratch = sig;
+        const GraphAction action = schedule.decide(scratch, have_graph);
+        if (action == GraphAction::capture) have_graph = true;
+        schedule.record(action, scratch);
+        return action;
+    };
+    CHECK(call(a) == GraphAction::eager);
+    CHECK(call(a) == GraphAction::capture);
+    CHECK(call(a) == GraphAction::replay);
+    CHECK(call(a) == GraphAction::replay);
+    // Another signature: eager once; replays of a's graph in between do not forget it, so its
+    // next call is captured in place of a's graph.
+    CHECK(call(b) == GraphAction::eager);
+    CHECK(call(a) == GraphAction::replay);
+    CHECK(call(b) == GraphAction::capture);
+    CHECK(call(b) == GraphAction::replay);
+    CHECK(call(a) == GraphAction::eager);
+    CHECK(call(a) == GraphAction::capture);
+    // Alternating signatures never repeat back to back: every call runs eagerly.
+    schedule = cuda::GraphSchedule();
+    have_graph = false;
+    for (int k = 0; k < 6; ++k) CHECK(call(k % 2 == 0 ? a : b) == GraphAction::eager);
+    // A capture that failed leaves no graph: the repeat is captured again, never replayed.
+    schedule = cuda::GraphSchedule();
+    CHECK(schedule.decide(a, false) == GraphAction::eager);
+    std::vector<uint64_t> scratch = a;
+    schedule.record(GraphAction::eager, scratch);
+    CHECK(schedule.decide(a, false) == GraphAction::capture);
+    CHECK(schedule.decide(a, false) == GraphAction::capture);
+}
+
+#if LSTM_WITH_CUDA
+TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default", "[cuda_host]") {
+    const char* saved = std::getenv("LSTM_CUDA_GRAPHS");
+    const std::string restore = saved ? saved : "";
+    unsetenv("LSTM_CUDA_GRAPHS");
+    CHECK(cuda::graphs_enabled_by_default());
+    setenv("LSTM_CUDA_GRAPHS", "0", 1);
+    CHECK_FALSE(cuda::graphs_enabled_by_default());
+    setenv("LSTM_CUDA_GRAPHS", "1", 1);
+    CHECK(cuda::graphs_enabled_by_default());
+    if (saved)
+        setenv("LSTM_CUDA_GRAPHS", restore.c_str(), 1);
+    else
+        unsetenv("LSTM_CUDA_GRAPHS");
+}
+#endif
 
 TEST_CASE("cuda plan keys and call signatures", "[cuda_host]") {
     const Config a{3, 5, 2, true};

@@ -414,6 +414,44 @@ TEST_CASE("cudnn buffers: sizing and carving agree, slots 256-byte aligned", "[c
     CHECK(counter64.bytes() == 1024 + 7168 + 1024);
 }
 
+TEST_CASE("cudnn buffers at any address: slots on 256-byte boundaries inside the sized bytes",
+          "[cudnn_host]") {
+    cuda::CudnnSizes sizes;
+    sizes.weight_space = 1000;
+    sizes.work_training = 5000;
+    sizes.work_inference = 7000;
+    sizes.reserve_training = 333;
+    const int64_t seq_len = 7, batch = 3, input = 5;
+    // What workspace_bytes() / reserve_bytes() report: the slots plus 255 bytes of slack.
+    const size_t ws_bytes = cuda::cudnn_workspace_size(sizes, seq_len, batch, input, sizeof(float));
+    const size_t rs_bytes = cuda::cudnn_reserve_size(sizes);
+    CHECK(ws_bytes == 1024 + 7168 + 512 + 255);
+    CHECK(rs_bytes == 512 + 255);
+    // Fake device addresses (never dereferenced): every start within one 256-byte span carves
+    // to the same slots from the next boundary on.
+    const uintptr_t boundary = uintptr_t(1) << 20;
+    for (uintptr_t start = boundary - 255; start <= boundary; ++start) {
+        INFO("base " << start);
+        void* base = reinterpret_cast<void*>(start);
+        const cuda::CudnnWorkspace ws =
+            cuda::cudnn_workspace_in(base, sizes, seq_len, batch, input, sizeof(float));
+        const cuda::CudnnReserve rs = cuda::cudnn_reserve_in(base, sizes);
+        CHECK(reinterpret_cast<uintptr_t>(ws.weights) == boundary);
+        CHECK(reinterpret_cast<uintptr_t>(ws.work) == boundary + 1024);
+        CHECK(reinterpret_cast<uintptr_t>(ws.dx) == boundary + 1024 + 7168);
+        CHECK(reinterpret_cast<uintptr_t>(ws.dx) + ws.dx_bytes <= start + ws_bytes);
+        CHECK(reinterpret_cast<uintptr_t>(rs.space) == boundary);
+        CHECK(reinterpret_cast<uintptr_t>(rs.space) + rs.space_bytes <= start + rs_bytes);
+        for (const unsigned char* p : {ws.weights, ws.work, ws.dx, rs.space})
+            CHECK(reinterpret_cast<uintptr_t>(p) % cuda::kCudnnSlotAlignment == 0);
+    }
+    // The worst start (one byte past a boundary) uses every byte of the slack.
+    const uintptr_t worst = boundary - 255;
+    const cuda::CudnnWorkspace ws = cuda::cudnn_workspace_in(reinterpret_cast<void*>(worst), sizes,
+                                                             seq_len, batch, input, sizeof(float));
+    CHECK(reinterpret_cast<uintptr_t>(ws.dx) + ws.dx_bytes == worst + ws_bytes);
+}
+
 TEST_CASE("cudnn lengths, padded tails and size limits", "[cudnn_host]") {
     const std::vector<int64_t> lengths = {4, 1, 4, 3};
     std::vector<int32_t> out(4, -1);

@@ -100,12 +100,7 @@ VariantResult run_float(const Variant& v, const LstmCase& c, Omit omit, bool inf
     }
     if (inference) return r;
 
-    BackwardArgs<float> b;
-    b.x = f.x;
-    b.h0 = f.h0;
-    b.c0 = f.c0;
-    b.params = f.params;
-    b.y = f.y;
+    BackwardArgs<float> b = backward_args_from(f);
     b.dy = TensorView<const float>(dy.data(), {seq_len, batch, cfg.output_size()});
     b.dhn = view(dhn, omit.state_grads, width);
     b.dcn = view(dcn, omit.state_grads, hidden);
@@ -113,10 +108,6 @@ VariantResult run_float(const Variant& v, const LstmCase& c, Omit omit, bool inf
     b.dh0 = view(dh0, omit.outputs, width);
     b.dc0 = view(dc0, omit.outputs, hidden);
     b.dparams = TensorView<float>(dparams.data(), {int64_t(dparams.size())});
-    b.workspace = f.workspace;
-    b.workspace_size = ws_bytes;
-    b.reserve = f.reserve;
-    b.reserve_size = rs_bytes;
     v.backward(cfg, b);
     if (!omit.outputs) {
         r.dx = cast_vector<double>(dx);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -57,6 +59,61 @@ struct Comparison {
     std::string report;  // empty when ok
 };
 
+// The largest |error| / allowed error of the tolerance comparisons made since the last reset,
+// and the label of that comparison: how close a passing case came to failing (the GPU test
+// executable prints it per case, tests/gpu/tolerance_listener.hpp). A ratio below 0 means
+// nothing was recorded.
+struct ToleranceRecord {
+    double worst = -1;
+    std::string label;
+};
+
+namespace tolerance_detail {
+inline std::mutex& tolerance_mutex() {
+    static std::mutex m;
+    return m;
+}
+inline ToleranceRecord& tolerance_state() {
+    static ToleranceRecord r;
+    return r;
+}
+}  // namespace tolerance_detail
+
+// NaN counts as infinitely far: a comparison that saw one is the worst there is.
+inline void record_tolerance(const std::string& label, double ratio) {
+    if (std::isnan(ratio)) ratio = std::numeric_limits<double>::infinity();
+    std::lock_guard<std::mutex> lock(tolerance_detail::tolerance_mutex());
+    ToleranceRecord& r = tolerance_detail::tolerance_state();
+    if (ratio > r.worst) {
+        r.worst = ratio;
+        r.label = label;
+    }
+}
+
+inline ToleranceRecord tolerance_record() {
+    std::lock_guard<std::mutex> lock(tolerance_detail::tolerance_mutex());
+    return tolerance_detail::tolerance_state();
+}
+
+inline void reset_tolerance_record() {
+    std::lock_guard<std::mutex> lock(tolerance_detail::tolerance_mutex());
+    tolerance_detail::tolerance_state() = ToleranceRecord();
+}
+
+// |err| / limit, with an exact match under a zero limit counting as 0.
+inline double tolerance_ratio(double err, double limit) {
+    if (err == 0) return 0;
+    return limit > 0 ? err / limit : std::numeric_limits<double>::infinity();
+}
+
+// |got - want| <= atol + rtol * |want| for one scalar, recorded under `what`.
+inline bool scalar_close(const std::string& what, double got, double want, double atol,
+                         double rtol) {
+    const double err = std::abs(got - want), limit = atol + rtol * std::abs(want);
+    record_tolerance(what, tolerance_ratio(err, limit));
+    return err <= limit;
+}
+
 // Elementwise |got - want| <= atol + rtol * |want|; NaN or Inf in `got` where `want` is finite
 // always fails. On failure the report lists the `worst` largest violations.
 template <typename A, typename B>
@@ -67,12 +124,17 @@ Comparison compare(const std::string& what, const A* got, const B* want, size_t 
         double got, want, excess;
     };
     std::vector<Miss> misses;
+    double worst_ratio = 0;
     for (size_t i = 0; i < n; ++i) {
         const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
         const double limit = atol + rtol * std::abs(w);
         const double err = std::abs(g - w);
+        worst_ratio =
+            std::max(worst_ratio, std::isnan(err) ? std::numeric_limits<double>::infinity()
+                                                  : tolerance_ratio(err, limit));
         if (!(err <= limit)) misses.push_back({i, g, w, std::isfinite(err) ? err / limit : 1e300});
     }
+    record_tolerance(what, worst_ratio);
     Comparison out;
     if (misses.empty()) return out;
     std::sort(misses.begin(), misses.end(),
@@ -93,6 +155,7 @@ template <typename A, typename B>
 Comparison compare(const std::string& what, const std::vector<A>& got, const std::vector<B>& want,
                    double atol, double rtol) {
     if (got.size() != want.size()) {
+        record_tolerance(what + " (size mismatch)", std::numeric_limits<double>::infinity());
         Comparison out;
         out.ok = false;
         out.report = what + ": size " + std::to_string(got.size()) + " vs expected " +

@@ -1,44 +1,74 @@
 #include "lstm/cuda/context.hpp"
 
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::cuda {
 
-Context::Impl::Impl(int device_index) : device(device_index) {
+bool graphs_enabled_by_default() {
+    const char* value = std::getenv("LSTM_CUDA_GRAPHS");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+Context::Impl::Impl(int device_index) : device(device_index), graphs(graphs_enabled_by_default()) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
     check(device_index >= 0 && device_index < count, "Context: device ", device_index,
           " does not exist; this process sees ", count, " CUDA device(s)");
-    LSTM_CUDA_CHECK(cudaSetDevice(device));
-    LSTM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    LSTM_CUBLAS_CHECK(cublasCreate(&cublas));
-    LSTM_CUBLAS_CHECK(cublasSetStream(cublas, stream));
-    // FP32 math with FP32 accumulation: TF32 only where a caller opts in.
-    LSTM_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
-    LSTM_CUDA_CHECK(cudaMalloc(&cublas_workspace, kCublasWorkspaceBytes));
-    LSTM_CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_workspace, kCublasWorkspaceBytes));
+    // The destructor does not run for a constructor that throws: release by hand what was made.
+    try {
+        LSTM_CUDA_CHECK(cudaSetDevice(device));
+        LSTM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        LSTM_CUBLAS_CHECK(cublasCreate(&cublas));
+        LSTM_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+        // FP32 math with FP32 accumulation: TF32 only where a caller opts in.
+        LSTM_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_DEFAULT_MATH));
+        LSTM_CUDA_CHECK(cudaMalloc(&cublas_workspace, kCublasWorkspaceBytes));
+        LSTM_CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_workspace, kCublasWorkspaceBytes));
 #if LSTM_WITH_CUDNN
-    LSTM_CUDNN_CHECK(cudnnCreate(&cudnn));
-    LSTM_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
+        LSTM_CUDNN_CHECK(cudnnCreate(&cudnn));
+        LSTM_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
 #endif
+    } catch (...) {
+        release();
+        throw;
+    }
 }
 
-Context::Impl::~Impl() {
+Context::Impl::~Impl() { release(); }
+
+void Context::Impl::release() noexcept {
+    const detail::DeviceGuard on_device(device, std::nothrow);
     // Plans may hold graphs and descriptors that reference the handles: release them first.
     plans.clear();
     if (stream) cudaStreamSynchronize(stream);
 #if LSTM_WITH_CUDNN
     if (cudnn) cudnnDestroy(cudnn);
+    cudnn = nullptr;
 #endif
     if (cublas) cublasDestroy(cublas);
+    cublas = nullptr;
     if (cublas_workspace) cudaFree(cublas_workspace);
+    cublas_workspace = nullptr;
     for (cudaEvent_t e : events) cudaEventDestroy(e);
+    events.clear();
     for (cudaStream_t s : side_streams) cudaStreamDestroy(s);
+    side_streams.clear();
     if (stream) cudaStreamDestroy(stream);
+    stream = nullptr;
+    // A failed release leaves nothing to retry; keep its status from surfacing at a later,
+    // unrelated check.
+    cudaGetLastError();
 }
 
 cudaStream_t Context::Impl::side_stream(size_t i) {
     while (side_streams.size() <= i) {
+        // Room first, so that a failing push_back cannot lose a created stream.
+        side_streams.reserve(i + 1);
         cudaStream_t s = nullptr;
         LSTM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         side_streams.push_back(s);
@@ -48,6 +78,7 @@ cudaStream_t Context::Impl::side_stream(size_t i) {
 
 cudaEvent_t Context::Impl::event(size_t i) {
     while (events.size() <= i) {
+        events.reserve(i + 1);
         cudaEvent_t e = nullptr;
         LSTM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         events.push_back(e);
@@ -61,5 +92,7 @@ Context::~Context() = default;
 int Context::device() const { return impl_->device; }
 void* Context::stream() const { return impl_->stream; }
 void Context::synchronize() const { LSTM_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+bool Context::graphs_enabled() const { return impl_->graphs; }
+void Context::set_graphs_enabled(bool enabled) { impl_->graphs = enabled; }
 
 }  // namespace lstm::cuda

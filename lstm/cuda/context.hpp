@@ -15,8 +15,11 @@ namespace lstm::cuda {
 
 class Context {
 public:
-    // Binds to `device`, creates a non-blocking stream and the library handles on it. Throws
-    // lstm::Error naming the failing call when the device is missing or a handle fails.
+    // Binds to `device` (and makes it current, as cudaSetDevice would), creates a non-blocking
+    // stream and the library handles on it. Throws lstm::Error naming the failing call when the
+    // device is missing or a handle fails; whatever was created before the failure is released.
+    // Every library call that takes the context makes its device current for the call and
+    // restores the caller's current device afterwards.
     explicit Context(int device = 0);
     ~Context();
     Context(const Context&) = delete;
@@ -28,6 +31,13 @@ public:
     // Blocks until all work queued on stream() has finished; throws on an asynchronous error.
     void synchronize() const;
 
+    // Whether `fused` (cuda) may capture a repeated call into a CUDA graph and replay it (see
+    // lstm/variants/cuda_fused.hpp). On unless the environment variable LSTM_CUDA_GRAPHS is "0"
+    // when the context is constructed. Off: every call runs eagerly; graphs captured before stay
+    // cached and are replayed again once it is turned back on.
+    bool graphs_enabled() const;
+    void set_graphs_enabled(bool enabled);
+
     // Internal state, defined in lstm/cuda/internal/context_impl.hpp (lstm_cuda only).
     struct Impl;
     Impl& impl() const { return *impl_; }
@@ -35,5 +45,9 @@ public:
 private:
     std::unique_ptr<Impl> impl_;
 };
+
+// What graphs_enabled() of a Context constructed now starts as: false when the environment
+// variable LSTM_CUDA_GRAPHS is "0", true otherwise. Needs no device.
+bool graphs_enabled_by_default();
 
 }  // namespace lstm::cuda

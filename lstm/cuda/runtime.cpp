@@ -4,6 +4,7 @@
 
 #include "lstm/cuda/context.hpp"
 #include "lstm/cuda/internal/check.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::cuda {
 
@@ -61,6 +62,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
         LSTM_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind_of(dst_device, src_device)));
         return;
     }
+    const detail::DeviceGuard on_device(*context);
     LSTM_CUDA_CHECK(
         cudaMemcpyAsync(dst, src, bytes, kind_of(dst_device, src_device), stream_of(context)));
     LSTM_CUDA_CHECK(cudaStreamSynchronize(stream_of(context)));
@@ -68,6 +70,11 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 void zero_device(void* ptr, size_t bytes, Context* context) {
     if (bytes == 0) return;
+    if (context == nullptr) {
+        LSTM_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, nullptr));
+        return;
+    }
+    const detail::DeviceGuard on_device(*context);
     LSTM_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_of(context)));
 }
 

@@ -27,14 +27,15 @@ void* malloc_device(size_t bytes);
 void free_device(void* ptr) noexcept;
 
 // Copies `bytes` between any two memory spaces. With a context the copy is queued on its stream
-// and this call waits for it (so host memory may be reused on return). Without one it is a
-// plain cudaMemcpy on the legacy default stream, which does NOT wait for work queued on a
-// context's (non-blocking) stream: pass the context that produced or will read the data.
+// (its device current for the call) and this call waits for it (so host memory may be reused on
+// return). Without one it is a plain cudaMemcpy on the legacy default stream, which does NOT
+// wait for work queued on a context's (non-blocking) stream: pass the context that produced or
+// will read the data.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
                 Context* context = nullptr);
 
-// Sets `bytes` of device memory to zero, queued on the context's stream (or the default stream);
-// does not wait.
+// Sets `bytes` of device memory to zero, queued on the context's stream (its device current for
+// the call) or the default stream; does not wait.
 void zero_device(void* ptr, size_t bytes, Context* context = nullptr);
 
 }  // namespace lstm::cuda

@@ -44,20 +44,37 @@ size_t carved_bytes(DType dtype, CarveFn&& carve) {
     return counter.bytes();
 }
 
-// A Carver over a caller's buffer that starts at the buffer's first 64-byte boundary, so its
-// arrays are aligned in memory, not only relative to the base: for kernels that use aligned or
-// streaming stores, where the interface leaves the caller's alignment open (malloc gives 16).
-// Size such buffers with carved_bytes_from_boundary. A null base stays null (counting).
-inline Carver carver_from_boundary(void* base) {
-    const auto address = reinterpret_cast<uintptr_t>(base);
-    const uintptr_t pad = (Carver::kAlignment - address % Carver::kAlignment) % Carver::kAlignment;
+// The alignment cudaMalloc gives. The CUDA variants carve device buffers from the first such
+// boundary, so that a caller's buffer at any address (a sub-buffer of its own) gets exactly the
+// layout a cudaMalloc'ed one gets: cuBLAS and cuDNN choose kernels by how their pointers are
+// aligned, cuDNN documents no smaller alignment for its RNN buffers, and the variants' double
+// and int64 arrays need at least 8 bytes.
+inline constexpr size_t kDeviceAlignment = 256;
+
+// Bytes from `address` to the first multiple of `boundary` at or after it (0 when aligned).
+// `boundary` is a power of two.
+constexpr size_t padding_to_boundary(uintptr_t address, size_t boundary) {
+    return static_cast<size_t>((boundary - address % boundary) % boundary);
+}
+
+// A Carver over a caller's buffer that starts at the buffer's first `Boundary`-byte boundary, so
+// its arrays are aligned in memory, not only relative to the base: for kernels that use aligned
+// or streaming stores (64) and for device buffers (kDeviceAlignment), where the interface leaves
+// the caller's alignment open (malloc gives 16). Every take() then stays aligned to kAlignment
+// in memory, because Boundary is a multiple of it. Size such buffers with
+// carved_bytes_from_boundary of the same Boundary. A null base stays null (counting).
+template <size_t Boundary = Carver::kAlignment>
+Carver carver_from_boundary(void* base) {
+    static_assert(Boundary % Carver::kAlignment == 0 && (Boundary & (Boundary - 1)) == 0,
+                  "the boundary must be a power of two and a multiple of Carver::kAlignment");
+    const size_t pad = padding_to_boundary(reinterpret_cast<uintptr_t>(base), Boundary);
     return Carver(base ? static_cast<char*>(base) + pad : nullptr);
 }
 
-// carved_bytes plus the largest padding carver_from_boundary can skip.
-template <typename CarveFn>
+// carved_bytes plus the largest padding carver_from_boundary<Boundary> can skip.
+template <size_t Boundary = Carver::kAlignment, typename CarveFn>
 size_t carved_bytes_from_boundary(DType dtype, CarveFn&& carve) {
-    return carved_bytes(dtype, std::forward<CarveFn>(carve)) + Carver::kAlignment - 1;
+    return carved_bytes(dtype, std::forward<CarveFn>(carve)) + Boundary - 1;
 }
 
 }  // namespace lstm::detail

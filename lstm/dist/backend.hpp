@@ -25,6 +25,11 @@ struct Request {
 
 class Backend {
 public:
+    // The most allreduces a back-end keeps in flight at once: DataParallel's per-layer overlap
+    // has one per LSTM layer plus the dense head's. Fixed slots keep starting one free of
+    // allocation.
+    static constexpr int kMaxPending = 32;
+
     virtual ~Backend() = default;
 
     // The memory space whose buffers this back-end reduces.

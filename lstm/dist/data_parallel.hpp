@@ -14,9 +14,17 @@
 // one tiny allreduce at the start of the step (it also lets a rank hold no sequences).
 //
 // Overlap. The dense gradient is final before the LSTM backward starts (the model's
-// set_dense_gradients_ready hook), so its allreduce starts then and runs during the LSTM backward;
-// the LSTM gradient's allreduce starts after it, and the global loss is summed while that runs.
-// Per-layer overlap of the LSTM stack is not done (the stack's backward is one call).
+// set_dense_gradients_ready hook), so its allreduce starts then and runs during the LSTM backward.
+// With Overlap::per_layer (the default) the LSTM backward runs one layer at a time from the top
+// (Lstm::set_layer_gradients_ready) and each layer's slice of the flat gradient starts its own
+// allreduce as soon as that layer is done, while the layers below run backward (MPI_Iallreduce
+// on the host, NCCL on its side stream on a device); with Overlap::dense_head the LSTM gradient
+// is one allreduce after the whole backward. Either way the global loss is summed while the
+// reductions are in flight, and all of them are waited for before compute_gradients returns,
+// i.e. before the optimizer step. Each element is scaled by the same w_r / W in both modes, so
+// the weighting is the same; what per_layer changes is that a multi-layer stack runs one variant
+// call per layer instead of one for the stack (the same math; the rounding may differ by
+// variant, within the tolerance rule).
 
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +33,9 @@
 
 #include "lstm/dist/communicator.hpp"
 #include "lstm/error.hpp"
+#include "lstm/layer.hpp"
 #include "lstm/nn/model.hpp"
+#include "lstm/params.hpp"
 
 #if LSTM_WITH_CUDA
 #include "lstm/cuda/context.hpp"
@@ -34,17 +44,49 @@
 
 namespace lstm::dist {
 
+// Which gradient allreduces run during the backward pass. Every rank must use the same (the
+// collectives must match).
+enum class Overlap {
+    dense_head,  // the dense head's during the LSTM backward; the LSTM's as one after it
+    per_layer,   // also each LSTM layer's, from the top, during the backward of the layers below
+};
+
+inline const char* to_string(Overlap overlap) {
+    return overlap == Overlap::per_layer ? "per_layer" : "dense_head";
+}
+
 template <typename T>
 class DataParallel {
 public:
     // Broadcasts rank 0's parameters (LSTM and dense) into `model` on every rank (a collective),
     // so ranks may construct their models from any seed. Every rank must pass a model of the same
-    // config, dtype and device. `model` and `comm` must outlive this object.
-    DataParallel(nn::SequenceModel<T>& model, Communicator& comm) : model_(model), comm_(comm) {
+    // config, dtype and device, and the same `overlap`. `model` and `comm` must outlive this
+    // object, which owns the model's gradient hooks while it lives.
+    DataParallel(nn::SequenceModel<T>& model, Communicator& comm,
+                 Overlap overlap = Overlap::per_layer)
+        : model_(model), comm_(comm), overlap_(overlap) {
+        const int64_t layers = model_.lstm().config().num_layers;
+        if (overlap_ == Overlap::per_layer)
+            check(
+                layers + 1 <= Backend::kMaxPending,
+                "DataParallel: Overlap::per_layer keeps one allreduce per LSTM layer and the dense "
+                "head's in flight, at most Backend::kMaxPending = ",
+                Backend::kMaxPending, ", so num_layers must be <= ", Backend::kMaxPending - 1,
+                ", got ", layers, " (use Overlap::dense_head)");
+        layer_requests_.resize(static_cast<size_t>(layers));
         broadcast_parameters();
-        model_.set_dense_gradients_ready([this] { start_dense_allreduce(); });
+        model_.set_dense_gradients_ready([this] {
+            if (in_step_) start_dense_allreduce();
+        });
+        if (overlap_ == Overlap::per_layer)
+            model_.lstm().set_layer_gradients_ready([this](int64_t layer) {
+                if (in_step_) start_layer_allreduce(layer);
+            });
     }
-    ~DataParallel() { model_.set_dense_gradients_ready({}); }
+    ~DataParallel() {
+        model_.set_dense_gradients_ready({});
+        model_.lstm().set_layer_gradients_ready({});
+    }
     DataParallel(const DataParallel&) = delete;
     DataParallel& operator=(const DataParallel&) = delete;
 
@@ -81,18 +123,28 @@ public:
             start_dense_allreduce();
         } else {
             weight_ = local_items(x, lengths) / total;
-            local_loss =
-                static_cast<double>(model_.compute_gradients(x, lengths, targets, target_lengths));
+            // The hooks start reductions only inside this call (a model trained on its own while
+            // this object lives starts none).
+            in_step_ = true;
+            try {
+                local_loss = static_cast<double>(
+                    model_.compute_gradients(x, lengths, targets, target_lengths));
+            } catch (...) {
+                in_step_ = false;
+                throw;
+            }
+            in_step_ = false;
             // The hook started it, unless someone replaced the model's hook since.
             if (!dense_request_.pending()) start_dense_allreduce();
         }
-        lstm_request_ = comm_.start_allreduce_sum(model_.lstm().gradients().view(), weight_);
+        start_lstm_allreduces();
         // The loss sum runs while the gradient reductions are in flight (MPI advances them in
         // this call too). A rank without items adds 0, never 0 * NaN.
         scalars_[0] = empty ? 0.0 : weight_ * local_loss;
         comm_.backend_for(Device::cpu).allreduce_sum(scalars_, 1, DType::f64);
         comm_.wait(dense_request_);
         comm_.wait(lstm_request_);
+        for (Request& r : layer_requests_) comm_.wait(r);
         return static_cast<T>(scalars_[0]);
     }
 
@@ -118,6 +170,7 @@ public:
 
     nn::SequenceModel<T>& model() { return model_; }
     Communicator& communicator() { return comm_; }
+    Overlap overlap() const { return overlap_; }
 
 private:
     // The number of items this rank's mean loss averages over (see the header comment).
@@ -132,6 +185,31 @@ private:
 
     void start_dense_allreduce() {
         dense_request_ = comm_.start_allreduce_sum(dense_gradients(), weight_);
+    }
+    void start_layer_allreduce(int64_t layer) {
+        layer_requests_[static_cast<size_t>(layer)] =
+            comm_.start_allreduce_sum(layer_gradients(layer), weight_);
+    }
+    // After the backward: per_layer starts the layers whose hook did not fire (all of them on a
+    // rank without sequences), top first as backward would; dense_head starts the whole buffer.
+    // Every rank thus issues dense, then the layers top first (or the whole LSTM), in one order.
+    void start_lstm_allreduces() {
+        if (overlap_ == Overlap::dense_head) {
+            lstm_request_ = comm_.start_allreduce_sum(model_.lstm().gradients().view(), weight_);
+            return;
+        }
+        for (int64_t l = static_cast<int64_t>(layer_requests_.size()) - 1; l >= 0; --l)
+            if (!layer_requests_[static_cast<size_t>(l)].pending()) start_layer_allreduce(l);
+    }
+    // Layer `layer`'s slice of lstm().gradients() (both directions, in params.hpp's layout), on
+    // the model's device; the elements the hook reports final.
+    TensorView<T> layer_gradients(int64_t layer) {
+        const Config& c = model_.lstm().config();
+        const int64_t begin = layer_param_offset(c, layer);
+        const int64_t end =
+            layer + 1 < c.num_layers ? layer_param_offset(c, layer + 1) : param_count(c);
+        const FlatSpan<T> g = model_.lstm().gradients();
+        return TensorView<T>(g.data + begin, {end - begin}, g.device);
     }
 
     // The dense layer's flat buffers on the model's device (dense() on cpu, dense_cuda() on cuda).
@@ -172,8 +250,11 @@ private:
 
     nn::SequenceModel<T>& model_;
     Communicator& comm_;
-    double weight_ = 1.0;  // this rank's share w_r / W of the current step
+    Overlap overlap_;
+    double weight_ = 1.0;   // this rank's share w_r / W of the current step
+    bool in_step_ = false;  // inside compute_gradients: the hooks may start reductions
     Request dense_request_, lstm_request_;
+    std::vector<Request> layer_requests_;  // per_layer: one per LSTM layer, sized once
     double scalars_[1] = {0};  // host scratch of the small reductions (no allocation per step)
 };
 

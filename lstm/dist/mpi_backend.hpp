@@ -87,10 +87,6 @@ public:
     }
 
 private:
-    // A step has at most a few reductions in flight (dense, LSTM); a fixed table keeps
-    // start_allreduce_sum free of allocation.
-    static constexpr int kMaxPending = 8;
-
     static void call(int status, const char* what) {
         if (status == MPI_SUCCESS) return;
         char text[MPI_MAX_ERROR_STRING];

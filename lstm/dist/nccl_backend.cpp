@@ -32,9 +32,7 @@ ncclDataType_t nccl_type(DType dtype) { return dtype == DType::f32 ? ncclFloat32
 }  // namespace
 
 struct NcclBackend::Impl {
-    // As MpiBackend: a step has a few reductions in flight; fixed slots keep starts
-    // allocation-free.
-    static constexpr int kMaxPending = 8;
+    static constexpr int kMaxPending = Backend::kMaxPending;
 
     Backend* bootstrap = nullptr;
     ncclComm_t comm = nullptr;

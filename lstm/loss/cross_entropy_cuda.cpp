@@ -10,6 +10,7 @@
 #include "kernels/cuda/cross_entropy.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::cuda {
 
@@ -51,7 +52,7 @@ double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const
     check(classes <= std::numeric_limits<int32_t>::max(), "cross_entropy: C = ", classes,
           " classes exceed what the cuda kernels index (2^31 - 1)");
     Context::Impl& impl = context.impl();
-    LSTM_CUDA_CHECK(cudaSetDevice(impl.device));
+    const detail::DeviceGuard on_device(impl.device);
     // A key short enough for std::string's inline buffer: looking it up allocates nothing.
     auto& plan =
         impl.plan<CrossEntropyPlan>("loss/ce", [] { return std::make_unique<CrossEntropyPlan>(); });

@@ -17,6 +17,7 @@
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
 #include "lstm/cuda/internal/cudnn_descriptor.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::cuda {
 
@@ -85,7 +86,7 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
         return reduction == loss::Reduction::mean ? std::numeric_limits<T>::quiet_NaN() : T(0);
 
     Context::Impl& impl = context.impl();
-    LSTM_CUDA_CHECK(cudaSetDevice(impl.device));
+    const detail::DeviceGuard on_device(impl.device);
     auto& plan = impl.plan<CtcPlan>("loss/ctc", [] { return std::make_unique<CtcPlan>(); });
     const kc::CtcSizes sizes = kc::ctc_sizes(p.batch, p.input_lengths, p.target_lengths);
     const kc::CtcLayout layout = kc::ctc_layout(p.max_time, p.batch, sizes);

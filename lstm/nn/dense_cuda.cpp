@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/dense.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::nn::detail {
 
@@ -37,6 +38,7 @@ cublasStatus_t gemv(cublasHandle_t h, int64_t m, int64_t n, double alpha, const 
 template <typename T>
 void dense_forward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64_t out, const T* x,
                         const T* weight, const T* bias, T* y) {
+    const cuda::detail::DeviceGuard on_device(context);
     cuda::Context::Impl& impl = context.impl();
     if (bias != nullptr) {
         kernels::cuda::launch_broadcast_bias<T>(rows, out, bias, y, impl.stream);
@@ -49,6 +51,7 @@ void dense_forward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64_
 template <typename T>
 void dense_backward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64_t out, const T* x,
                          const T* dy, const T* weight, T* dweight, T* dbias, const T* ones, T* dx) {
+    const cuda::detail::DeviceGuard on_device(context);
     cuda::Context::Impl& impl = context.impl();
     LSTM_CUBLAS_CHECK(gemm(impl.cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, T(1), x, in, dy,
                            out, T(1), dweight, in));
@@ -61,6 +64,7 @@ void dense_backward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64
 
 template <typename T>
 void fill_cuda(cuda::Context& context, int64_t count, T value, T* v) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_fill<T>(count, value, v, context.impl().stream);
     LSTM_CUDA_CHECK_LAUNCH();
 }

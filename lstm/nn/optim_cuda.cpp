@@ -1,12 +1,14 @@
 #include "lstm/nn/optim_cuda.hpp"
 
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::nn::detail {
 
 template <typename T>
 void sgd_step_cuda(cuda::Context& context, int64_t n, T* p, const T* g, T* buf,
                    const kernels::SgdCoefficients<T>& c) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_sgd_step<T>(n, p, g, buf, c, context.stream());
     LSTM_CUDA_CHECK_LAUNCH();
 }
@@ -14,6 +16,7 @@ void sgd_step_cuda(cuda::Context& context, int64_t n, T* p, const T* g, T* buf,
 template <typename T>
 void adam_step_cuda(cuda::Context& context, int64_t n, T* p, const T* g, T* m, T* v,
                     const kernels::AdamCoefficients<T>& c) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_adam_step<T>(n, p, g, m, v, c, context.stream());
     LSTM_CUDA_CHECK_LAUNCH();
 }

@@ -2,12 +2,14 @@
 
 #include "kernels/cuda/sequence.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::nn::detail {
 
 template <typename T>
 void gather_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                            const int64_t* lengths, const T* y, T* out) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_gather_last_step<T>(steps, batch, features, lengths, y, out,
                                               context.stream());
     LSTM_CUDA_CHECK_LAUNCH();
@@ -16,6 +18,7 @@ void gather_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch,
 template <typename T>
 void scatter_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                             const int64_t* lengths, const T* dout, T* dy) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_scatter_last_step<T>(steps, batch, features, lengths, dout, dy,
                                                context.stream());
     LSTM_CUDA_CHECK_LAUNCH();
@@ -24,6 +27,7 @@ void scatter_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch
 template <typename T>
 void mean_pool_steps_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                           const int64_t* lengths, const T* y, T* out) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_mean_pool<T>(steps, batch, features, lengths, y, out, context.stream());
     LSTM_CUDA_CHECK_LAUNCH();
 }
@@ -31,6 +35,7 @@ void mean_pool_steps_cuda(cuda::Context& context, int64_t steps, int64_t batch, 
 template <typename T>
 void scatter_mean_pool_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                             const int64_t* lengths, const T* dout, T* dy) {
+    const cuda::detail::DeviceGuard on_device(context);
     kernels::cuda::launch_scatter_mean_pool<T>(steps, batch, features, lengths, dout, dy,
                                                context.stream());
     LSTM_CUDA_CHECK_LAUNCH();

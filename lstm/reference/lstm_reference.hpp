@@ -1,8 +1,10 @@
 #pragma once
 
 // The double-precision LSTM oracle every variant is judged against. It is written to be obviously
-// right rather than fast: one sequence at a time, one time step at a time, naive loops, no Eigen,
-// no threads. Its own correctness is established by finite differences in
+// right rather than fast: one sequence at a time, one time step at a time, naive loops, no Eigen.
+// The one concession to speed: sequences are independent, so with OpenMP they run on several
+// threads, and every sum still adds its terms in the serial order, so the result is the same
+// bits for any number of threads. Its own correctness is established by finite differences in
 // tests/reference_lstm_test.cpp. Conventions are PyTorch nn.LSTM's (docs/architecture.md).
 
 #include <cmath>
@@ -154,6 +156,10 @@ inline Trace forward_trace(const LstmInputs& in) {
             ct.h_raw.assign(static_cast<size_t>(T * N * H), 0.0);
             ct.h.assign(static_cast<size_t>(T * N * S), 0.0);
 
+            // Each sequence writes only its own (t, n) rows.
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
             for (int64_t n = 0; n < N; ++n) {
                 const int64_t len = length_of(in, n);
                 std::vector<double> h = initial_state(in.h0, cell, n, N, S);
@@ -227,8 +233,7 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
     // Gradient with respect to the current layer's output (T, N, D*S). Only valid positions are
     // ever read, which is how dy at padded positions gets ignored.
     std::vector<double> d_output = grads.dy;
-    std::vector<double> da(static_cast<size_t>(G));  // gradient w.r.t. the gate pre-activations
-    std::vector<double> dh_total(static_cast<size_t>(S)), dh_raw(static_cast<size_t>(H));
+    const std::vector<double> zero_state(static_cast<size_t>(S), 0.0);
     for (int64_t l = L - 1; l >= 0; --l) {
         const int64_t in_l = cfg.layer_input_size(l);
         const std::vector<double>& input = tr.layer_input[static_cast<size_t>(l)];
@@ -245,40 +250,50 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
             double* db_hh = off.has_bias() ? out.dparams.data() + off.bias_hh : nullptr;
             double* dw_hr = P > 0 ? out.dparams.data() + off.weight_hr : nullptr;
             const detail::CellTrace& ct = tr.cells[static_cast<size_t>(cell)];
+            // The state before step `step` of sequence n: h0 (or zeros) before the first.
+            auto h_before = [&](int64_t n, int64_t step, int64_t len) -> const double* {
+                if (step > 0) return &ct.h[(detail::time_of_step(dir, step - 1, len) * N + n) * S];
+                return in.h0.empty() ? zero_state.data() : &in.h0[(cell * N + n) * S];
+            };
 
+            // Pass 1, one sequence per thread: the gradients that travel along a sequence (state,
+            // gates, input), each step's gate gradient kept (and dh of the projection's output).
+            // Sequences touch disjoint elements, so this is the serial computation.
+            std::vector<double> da_all(static_cast<size_t>(T * N * G), 0.0);
+            std::vector<double> dh_total_all(P > 0 ? static_cast<size_t>(T * N * S) : 0, 0.0);
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
             for (int64_t n = 0; n < N; ++n) {
                 const int64_t len = detail::length_of(in, n);
-                const std::vector<double> h_init = detail::initial_state(in.h0, cell, n, N, S);
                 const std::vector<double> c_init = detail::initial_state(in.c0, cell, n, N, H);
                 // Gradients flowing into the state after the step being processed; they start
                 // as dhn/dcn because hn/cn are the states after the last step.
                 std::vector<double> dh = detail::initial_state(grads.dhn, cell, n, N, S);
                 std::vector<double> dc = detail::initial_state(grads.dcn, cell, n, N, H);
                 std::vector<double> dh_prev(static_cast<size_t>(S));
+                std::vector<double> dh_total(static_cast<size_t>(S)),
+                    dh_raw(static_cast<size_t>(H));
                 for (int64_t step = len - 1; step >= 0; --step) {
                     const int64_t t = detail::time_of_step(dir, step, len);
-                    const double* h_prev = h_init.data();
                     const double* c_prev = c_init.data();
                     if (step > 0) {
                         const int64_t tp = detail::time_of_step(dir, step - 1, len);
-                        h_prev = &ct.h[(tp * N + n) * S];
                         c_prev = &ct.c[(tp * N + n) * H];
                     }
                     const double* gates = &ct.gates[(t * N + n) * G];
-                    const double* xt = &input[(t * N + n) * in_l];
-                    const double* h_raw = &ct.h_raw[(t * N + n) * H];
+                    double* da = &da_all[(t * N + n) * G];  // w.r.t. the gate pre-activations
                     // h_t feeds both y (this layer's output) and the next step.
                     for (int64_t p = 0; p < S; ++p)
                         dh_total[p] = dh[p] + d_output[(t * N + n) * DS + dir * S + p];
                     if (w_hr != nullptr) {
-                        // h_t = W_hr h_raw: its gradient goes to W_hr and back to h_raw.
+                        // h_t = W_hr h_raw: its gradient goes to W_hr (pass 2) and back to h_raw.
+                        for (int64_t p = 0; p < P; ++p)
+                            dh_total_all[(t * N + n) * S + p] = dh_total[p];
                         for (int64_t j = 0; j < H; ++j) dh_raw[j] = 0.0;
-                        for (int64_t p = 0; p < P; ++p) {
-                            for (int64_t j = 0; j < H; ++j) {
-                                dw_hr[p * H + j] += dh_total[p] * h_raw[j];
+                        for (int64_t p = 0; p < P; ++p)
+                            for (int64_t j = 0; j < H; ++j)
                                 dh_raw[j] += w_hr[p * H + j] * dh_total[p];
-                            }
-                        }
                     } else {
                         for (int64_t j = 0; j < H; ++j) dh_raw[j] = dh_total[j];
                     }
@@ -295,24 +310,54 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
                     }
                     for (int64_t j = 0; j < S; ++j) dh_prev[j] = 0.0;
                     for (int64_t k = 0; k < G; ++k) {
-                        // Both biases enter the pre-activation with weight one.
-                        if (db_ih != nullptr) {
-                            db_ih[k] += da[k];
-                            db_hh[k] += da[k];
-                        }
-                        for (int64_t j = 0; j < in_l; ++j) {
-                            dw_ih[k * in_l + j] += da[k] * xt[j];
+                        for (int64_t j = 0; j < in_l; ++j)
                             d_input[(t * N + n) * in_l + j] += w_ih[k * in_l + j] * da[k];
-                        }
-                        for (int64_t j = 0; j < S; ++j) {
-                            dw_hh[k * S + j] += da[k] * h_prev[j];
-                            dh_prev[j] += w_hh[k * S + j] * da[k];
-                        }
+                        for (int64_t j = 0; j < S; ++j) dh_prev[j] += w_hh[k * S + j] * da[k];
                     }
                     dh = dh_prev;
                 }
                 for (int64_t p = 0; p < S; ++p) out.dh0[(cell * N + n) * S + p] = dh[p];
                 for (int64_t j = 0; j < H; ++j) out.dc0[(cell * N + n) * H + j] = dc[j];
+            }
+
+            // Pass 2, one parameter row per thread: each weight gradient element adds its terms
+            // in the serial order (sequence by sequence, last step first).
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+            for (int64_t k = 0; k < G; ++k) {
+                for (int64_t n = 0; n < N; ++n) {
+                    const int64_t len = detail::length_of(in, n);
+                    for (int64_t step = len - 1; step >= 0; --step) {
+                        const int64_t t = detail::time_of_step(dir, step, len);
+                        const double da_k = da_all[(t * N + n) * G + k];
+                        const double* xt = &input[(t * N + n) * in_l];
+                        const double* h_prev = h_before(n, step, len);
+                        // Both biases enter the pre-activation with weight one.
+                        if (db_ih != nullptr) {
+                            db_ih[k] += da_k;
+                            db_hh[k] += da_k;
+                        }
+                        for (int64_t j = 0; j < in_l; ++j) dw_ih[k * in_l + j] += da_k * xt[j];
+                        for (int64_t j = 0; j < S; ++j) dw_hh[k * S + j] += da_k * h_prev[j];
+                    }
+                }
+            }
+            if (w_hr != nullptr) {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+                for (int64_t p = 0; p < P; ++p) {
+                    for (int64_t n = 0; n < N; ++n) {
+                        const int64_t len = detail::length_of(in, n);
+                        for (int64_t step = len - 1; step >= 0; --step) {
+                            const int64_t t = detail::time_of_step(dir, step, len);
+                            const double dh_p = dh_total_all[(t * N + n) * S + p];
+                            const double* h_raw = &ct.h_raw[(t * N + n) * H];
+                            for (int64_t j = 0; j < H; ++j) dw_hr[p * H + j] += dh_p * h_raw[j];
+                        }
+                    }
+                }
             }
         }
         d_output = std::move(d_input);

@@ -37,7 +37,7 @@ struct VariantResult {
     std::vector<double> y, hn, cn, dx, dh0, dc0, dparams;
 };
 
-// Where a run's scratch lives (host memory, sized by the code under test).
+// Where a run's scratch lives (sized by the code under test; host memory for run_case_parts).
 struct RunBuffers {
     void* workspace = nullptr;
     size_t workspace_size = 0;
@@ -103,23 +103,14 @@ VariantResult run_case_parts(const LstmCase& c, const RunBuffers& buffers,
     r.cn = detail::cast_all<double>(cn);
     if (!training) return r;
 
-    BackwardArgs<T> b;
-    b.x = f.x;
-    b.lengths = f.lengths;
-    b.h0 = f.h0;
-    b.c0 = f.c0;
-    b.params = f.params;
-    b.y = f.y;
+    // Only reached for training, where f carries the whole reserve.
+    BackwardArgs<T> b = backward_args_from(f);
     b.dy = TensorView<const T>(dy.data(), {seq_len, batch, cfg.output_size()});
     b.dhn = h_view(dhn);
     b.dcn = c_view(dcn);
     b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
     b.dh0 = h_view(dh0);
     b.dc0 = c_view(dc0);
-    b.workspace = buffers.workspace;
-    b.workspace_size = buffers.workspace_size;
-    b.reserve = buffers.reserve;
-    b.reserve_size = buffers.reserve_size;
     for (BackwardPart part : parts) {
         b.part = part;
         const bool with_dparams = part != BackwardPart::data || data_sees_dparams;

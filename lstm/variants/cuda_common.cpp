@@ -14,6 +14,7 @@
 #include "kernels/cuda/lstm_kernels.hpp"
 #include "lstm/cuda/internal/check.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 
 namespace lstm::cuda {
 
@@ -59,8 +60,8 @@ struct LanePlan : Plan {
 };
 
 // Per shape and entry point: the pinned host staging of the frame index (uploaded with one async
-// copy per call) and, for the fused style, the captured graph and the signature it was captured
-// with.
+// copy per call) and, for the fused style, the captured graph and the schedule that decides
+// when to capture and replay it.
 struct CallPlan : Plan {
     int64_t* staging = nullptr;  // pinned host, frame_index_count(T, N) int64
     int64_t count = 0;
@@ -68,8 +69,8 @@ struct CallPlan : Plan {
     bool indexed = false;            // staging holds the index of `lengths`
     std::vector<int64_t> lengths;
     cudaGraphExec_t exec = nullptr;
-    std::vector<uint64_t> signature;  // of the call `exec` was captured from
-    std::vector<uint64_t> scratch;    // this call's signature
+    GraphSchedule schedule;         // eager, capture or replay (fused only)
+    std::vector<uint64_t> scratch;  // this call's signature
 
     void init(int64_t seq_len, int64_t batch) {
         count = frame_index_count(seq_len, batch);
@@ -79,7 +80,7 @@ struct CallPlan : Plan {
         // Room for every later call of this shape, so steady state allocates nothing.
         lengths.reserve(static_cast<size_t>(batch));
         const size_t pointers = 32;
-        signature.reserve(static_cast<size_t>(batch) + pointers);
+        schedule.reserve(static_cast<size_t>(batch) + pointers);
         scratch.reserve(static_cast<size_t>(batch) + pointers);
     }
     ~CallPlan() override {
@@ -219,18 +220,25 @@ int lanes_of(LoopStyle style, const Config& config) {
     return style == LoopStyle::fused ? static_cast<int>(config.num_directions()) : 1;
 }
 
-// Runs one call of the loop: directly for `basic`, as a graph replay for `fused`, re-captured
-// when this call's signature differs from the captured one.
+// Runs one call of the loop: `basic`, and `fused` with the context's graphs turned off,
+// directly; otherwise eagerly, captured or replayed as the plan's GraphSchedule decides.
 template <typename Args, typename Body>
 void execute(Context::Impl& ctx, CallPlan& plan, LoopStyle style, const Args& args, Body&& body) {
-    if (style == LoopStyle::basic) {
+    if (style == LoopStyle::basic || !ctx.graphs) {
         body();
         return;
     }
     call_signature(args, plan.scratch);
-    if (plan.exec == nullptr || plan.scratch != plan.signature) {
+    const GraphAction action = plan.schedule.decide(plan.scratch, plan.exec != nullptr);
+    if (action == GraphAction::eager) {
+        body();
+        plan.schedule.record(action, plan.scratch);
+        return;
+    }
+    if (action == GraphAction::capture) {
         capture(ctx, plan, body);
-        plan.signature.swap(plan.scratch);
+        // Before the launch: should it fail, the schedule already names what `exec` holds.
+        plan.schedule.record(action, plan.scratch);
     }
     LSTM_CUDA_CHECK(cudaGraphLaunch(plan.exec, ctx.stream));
 }
@@ -240,12 +248,11 @@ void execute(Context::Impl& ctx, CallPlan& plan, LoopStyle style, const Args& ar
 template <typename T>
 void run_cuda_forward(LoopStyle style, const Config& config, const ForwardArgs<T>& args) {
     Context::Impl& ctx = args.context->impl();
-    LSTM_CUDA_CHECK(cudaSetDevice(ctx.device));
+    const detail::DeviceGuard on_device(ctx.device);
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
     const char* entry = args.reserve ? "forward_training" : "forward_inference";
     CallPlan& plan = call_plan(ctx, style, entry, config, dtype_of<T>(), seq_len, batch);
-    lstm::detail::Carver carve(args.workspace);
-    const Workspace<T> ws = carve_workspace<T>(carve, config, seq_len, batch);
+    const Workspace<T> ws = workspace_in<T>(args.workspace, config, seq_len, batch);
     const FrameIndex host = stage_index(ctx, plan, args.lengths, seq_len, batch, ws.index);
     CudaBackend<T> backend(ctx, lanes_of(style, config));
     const Loop<T, CudaBackend<T>> loop(style, config, seq_len, batch, host, backend);
@@ -255,14 +262,13 @@ void run_cuda_forward(LoopStyle style, const Config& config, const ForwardArgs<T
 template <typename T>
 void run_cuda_backward(LoopStyle style, const Config& config, const BackwardArgs<T>& args) {
     Context::Impl& ctx = args.context->impl();
-    LSTM_CUDA_CHECK(cudaSetDevice(ctx.device));
+    const detail::DeviceGuard on_device(ctx.device);
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
     const char* entry = args.part == BackwardPart::all    ? "backward_all"
                         : args.part == BackwardPart::data ? "backward_data"
                                                           : "backward_weights";
     CallPlan& plan = call_plan(ctx, style, entry, config, dtype_of<T>(), seq_len, batch);
-    lstm::detail::Carver carve(args.workspace);
-    const Workspace<T> ws = carve_workspace<T>(carve, config, seq_len, batch);
+    const Workspace<T> ws = workspace_in<T>(args.workspace, config, seq_len, batch);
     const FrameIndex host = stage_index(ctx, plan, args.lengths, seq_len, batch, ws.index);
     CudaBackend<T> backend(ctx, lanes_of(style, config));
     const Loop<T, CudaBackend<T>> loop(style, config, seq_len, batch, host, backend);

@@ -180,16 +180,39 @@ Reserve<T> carve_reserve(lstm::detail::Carver& carve, const Config& config, int6
     return r;
 }
 
+// The caller's buffers may start at any address (docs/architecture.md): both are carved from
+// their first lstm::detail::kDeviceAlignment boundary, and the sizes leave room for the skipped
+// bytes. The reserve of a training forward must come back to backward at the same address, so
+// that both calls find the same boundary.
 inline size_t workspace_size(const Config& config, DType dtype, int64_t seq_len, int64_t batch) {
-    return lstm::detail::carved_bytes(dtype, [&](lstm::detail::Carver& carve, auto element) {
-        carve_workspace<decltype(element)>(carve, config, seq_len, batch);
-    });
+    return lstm::detail::carved_bytes_from_boundary<lstm::detail::kDeviceAlignment>(
+        dtype, [&](lstm::detail::Carver& carve, auto element) {
+            carve_workspace<decltype(element)>(carve, config, seq_len, batch);
+        });
 }
 
 inline size_t reserve_size(const Config& config, DType dtype, int64_t seq_len, int64_t batch) {
-    return lstm::detail::carved_bytes(dtype, [&](lstm::detail::Carver& carve, auto element) {
-        carve_reserve<decltype(element)>(carve, config, seq_len, batch);
-    });
+    return lstm::detail::carved_bytes_from_boundary<lstm::detail::kDeviceAlignment>(
+        dtype, [&](lstm::detail::Carver& carve, auto element) {
+            carve_reserve<decltype(element)>(carve, config, seq_len, batch);
+        });
+}
+
+// The workspace / reserve inside a caller's buffer of workspace_size / reserve_size bytes at
+// `base` (device memory on the GPU, host in the CPU tests; any alignment): the arrays start at
+// the first device-alignment boundary, so every one of them is 256-byte aligned in memory.
+template <typename T>
+Workspace<T> workspace_in(void* base, const Config& config, int64_t seq_len, int64_t batch) {
+    lstm::detail::Carver carve =
+        lstm::detail::carver_from_boundary<lstm::detail::kDeviceAlignment>(base);
+    return carve_workspace<T>(carve, config, seq_len, batch);
+}
+
+template <typename T>
+Reserve<T> reserve_in(void* base, const Config& config, int64_t seq_len, int64_t batch) {
+    lstm::detail::Carver carve =
+        lstm::detail::carver_from_boundary<lstm::detail::kDeviceAlignment>(base);
+    return carve_reserve<T>(carve, config, seq_len, batch);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -201,7 +224,8 @@ inline size_t reserve_size(const Config& config, DType dtype, int64_t seq_len, i
 // and the bias flag, which fixes no size but the work a captured graph does (the signature below
 // holds only lengths and pointers).
 // Lengths and pointers are not in it (they would grow the cache with every new batch); they go
-// into the call's signature, and a plan whose signature differs re-captures its graph in place.
+// into the call's signature, and a plan whose signature differs runs eagerly and, when the new
+// signature repeats, re-captures its graph in place (GraphSchedule below).
 inline void write_plan_key(std::string& out, LoopStyle style, const char* entry,
                            const Config& config, DType dtype, int64_t seq_len, int64_t batch) {
     // Appends piece by piece into `out` (reused by the caller), so that a steady-state call
@@ -264,6 +288,49 @@ void call_signature(const BackwardArgs<T>& a, std::vector<uint64_t>& out) {
     for (const void* p : pointers) append_pointer(out, p);
 }
 
+// When `fused` runs a call eagerly, captures it into a CUDA graph or replays the graph: the first
+// call of a signature runs eagerly, the next call that repeats it is captured (and the graph
+// launched), later calls with the captured signature replay. Capturing only what repeats keeps
+// one-off calls (lengths that change every batch, a first call during which cuBLAS sets itself
+// up) out of capture, where a lazy allocation or first-use setup would break it, and keeps the
+// capture cost off calls that would never replay. Host-only, so the CPU tests check it.
+enum class GraphAction { eager, capture, replay };
+
+class GraphSchedule {
+public:
+    // Room for signatures of `words` entries, so that steady-state calls allocate nothing.
+    void reserve(size_t words) {
+        captured_.reserve(words);
+        eager_.reserve(words);
+    }
+
+    // What to do with a call of signature `call` (call_signature) while graphs are enabled;
+    // `have_graph`: the plan holds an executable graph (captured from captured_).
+    GraphAction decide(const std::vector<uint64_t>& call, bool have_graph) const {
+        if (have_graph && call == captured_) return GraphAction::replay;
+        if (ran_eagerly_ && call == eager_) return GraphAction::capture;
+        return GraphAction::eager;
+    }
+
+    // Records that `call` ran as `action` (after a capture: only once it succeeded). Swaps `call`
+    // into the schedule's storage, keeping every vector's capacity; its contents are unspecified
+    // afterwards.
+    void record(GraphAction action, std::vector<uint64_t>& call) {
+        if (action == GraphAction::eager) {
+            eager_.swap(call);
+            ran_eagerly_ = true;
+        } else if (action == GraphAction::capture) {
+            captured_.swap(call);
+            ran_eagerly_ = false;
+        }
+    }
+
+private:
+    std::vector<uint64_t> captured_;  // the signature the plan's graph was captured from
+    std::vector<uint64_t> eager_;     // of the last eager call (valid when ran_eagerly_)
+    bool ran_eagerly_ = false;
+};
+
 // ------------------------------------------------------------------------------------------------
 // The time loop, generic over the backend
 // ------------------------------------------------------------------------------------------------
@@ -296,14 +363,10 @@ public:
     int lanes() const { return style_ == LoopStyle::fused ? int(config_.num_directions()) : 1; }
 
     void forward(const ForwardArgs<T>& args) const {
-        lstm::detail::Carver ws_carve(args.workspace);
-        const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
+        const Workspace<T> ws = workspace_in<T>(args.workspace, config_, seq_len_, batch_);
         const bool training = args.reserve != nullptr;
-        Reserve<T> rs{};
-        if (training) {
-            lstm::detail::Carver rs_carve(args.reserve);
-            rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
-        }
+        const Reserve<T> rs =
+            training ? reserve_in<T>(args.reserve, config_, seq_len_, batch_) : Reserve<T>{};
         const FrameIndex dev = carve_frame_index(ws.index, seq_len_, batch_);
         const int64_t valid = host_.offset[seq_len_], out_width = config_.output_size();
         b_.run(0,
@@ -329,10 +392,8 @@ public:
     void backward(const BackwardArgs<T>& args) const {
         const bool data = args.part != BackwardPart::weights;
         const bool weights = args.part != BackwardPart::data;
-        lstm::detail::Carver ws_carve(args.workspace);
-        const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
-        lstm::detail::Carver rs_carve(args.reserve);
-        const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
+        const Workspace<T> ws = workspace_in<T>(args.workspace, config_, seq_len_, batch_);
+        const Reserve<T> rs = reserve_in<T>(args.reserve, config_, seq_len_, batch_);
         const FrameIndex dev = carve_frame_index(ws.index, seq_len_, batch_);
         const int64_t valid = host_.offset[seq_len_], out_width = config_.output_size();
         if (weights) {

@@ -6,11 +6,14 @@
 // kernels/common/gates.hpp); backward mirrors it with one fused kernel and one GEMM per step, and
 // the weight and input gradients as GEMMs over all steps. Rows are sorted by length once per
 // call, so the active batch shrinks and work is proportional to valid frames. The two directions
-// of a layer run concurrently (the context's main stream and a side stream, ordered by events),
-// and each call's whole loop is captured once into a CUDA graph, cached in a per-shape plan and
-// replayed while the lengths and every pointer stay the same (re-captured, and the executable
-// graph updated in place where possible, when they change). Layers run one after the other: no
-// wavefront across layers yet. The loop is shared with `basic` (lstm/variants/cuda_common.hpp).
+// of a layer run concurrently (the context's main stream and a side stream, ordered by events).
+// A call runs eagerly the first time; when the next call on its per-shape plan repeats it (same
+// lengths, mode and pointers) its whole loop is captured into a CUDA graph, and later repeats
+// replay the graph. A call that differs runs eagerly again and, should it repeat, is captured in
+// place (the executable graph updated where the topology allows). Graphs are on by default;
+// Context::set_graphs_enabled(false), or LSTM_CUDA_GRAPHS=0 in the environment when the context
+// is made, runs every call eagerly. Layers run one after the other: no wavefront across layers
+// yet. The loop is shared with `basic` (lstm/variants/cuda_common.hpp).
 
 #include "lstm/variants/cuda_loop_variant.hpp"
 

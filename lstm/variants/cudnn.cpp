@@ -17,6 +17,7 @@
 #include "lstm/cuda/internal/check.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
 #include "lstm/cuda/internal/cudnn_descriptor.hpp"
+#include "lstm/cuda/internal/device_guard.hpp"
 #include "lstm/cuda/runtime.hpp"
 
 namespace lstm::cuda {
@@ -327,14 +328,13 @@ template <typename T>
 void forward_impl(const CudnnVariant& variant, const Config& config, const ForwardArgs<T>& a) {
     constexpr DType dtype = dtype_of<T>();
     Context::Impl& impl = a.context->impl();
+    const detail::DeviceGuard on_device(impl.device);
     const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
     const CudnnSizes sizes = variant.sizes(config, dtype, seq_len, batch);
-    lstm::detail::Carver wc(a.workspace);
     const CudnnWorkspace ws =
-        carve_cudnn_workspace(wc, sizes, seq_len, batch, config.input_size, sizeof(T));
+        cudnn_workspace_in(a.workspace, sizes, seq_len, batch, config.input_size, sizeof(T));
     const bool training = a.reserve != nullptr;
-    lstm::detail::Carver rc(a.reserve);
-    const CudnnReserve rs = carve_cudnn_reserve(rc, sizes);
+    const CudnnReserve rs = cudnn_reserve_in(a.reserve, sizes);
 
     ShapePlan& plan = shape_plan(impl, config, dtype, seq_len, batch);
     plan.prepare(impl, a.lengths);
@@ -354,13 +354,12 @@ template <typename T>
 void backward_impl(const CudnnVariant& variant, const Config& config, const BackwardArgs<T>& a) {
     constexpr DType dtype = dtype_of<T>();
     Context::Impl& impl = a.context->impl();
+    const detail::DeviceGuard on_device(impl.device);
     const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
     const CudnnSizes sizes = variant.sizes(config, dtype, seq_len, batch);
-    lstm::detail::Carver wc(a.workspace);
     const CudnnWorkspace ws =
-        carve_cudnn_workspace(wc, sizes, seq_len, batch, config.input_size, sizeof(T));
-    lstm::detail::Carver rc(a.reserve);
-    const CudnnReserve rs = carve_cudnn_reserve(rc, sizes);
+        cudnn_workspace_in(a.workspace, sizes, seq_len, batch, config.input_size, sizeof(T));
+    const CudnnReserve rs = cudnn_reserve_in(a.reserve, sizes);
 
     ShapePlan& plan = shape_plan(impl, config, dtype, seq_len, batch);
     plan.prepare(impl, a.lengths);
@@ -453,17 +452,12 @@ CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_le
 size_t CudnnVariant::workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                                      int64_t batch) const {
     const CudnnSizes s = sizes(config, dtype, seq_len, batch);
-    lstm::detail::Carver counter(nullptr);
-    carve_cudnn_workspace(counter, s, seq_len, batch, config.input_size, elem_size(dtype));
-    return counter.bytes();
+    return cudnn_workspace_size(s, seq_len, batch, config.input_size, elem_size(dtype));
 }
 
 size_t CudnnVariant::reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
                                    int64_t batch) const {
-    const CudnnSizes s = sizes(config, dtype, seq_len, batch);
-    lstm::detail::Carver counter(nullptr);
-    carve_cudnn_reserve(counter, s);
-    return counter.bytes();
+    return cudnn_reserve_size(sizes(config, dtype, seq_len, batch));
 }
 
 void CudnnVariant::run_forward(const Config& config, const ForwardArgs<float>& args) const {
@@ -481,6 +475,7 @@ void CudnnVariant::run_backward(const Config& config, const BackwardArgs<double>
 
 CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DType dtype) {
     config.validate();
+    const detail::DeviceGuard on_device(context);
     const WeightsPlan& w = weights_plan(context.impl(), config, dtype);
     CudnnWeightLayout out;
     out.weight_space_bytes = w.weight_space;
@@ -493,6 +488,7 @@ CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DT
 void cudnn_pack_weights(Context& context, const Config& config, DType dtype, const void* params,
                         void* weight_space) {
     config.validate();
+    const detail::DeviceGuard on_device(context);
     Context::Impl& impl = context.impl();
     pack_weights(weights_plan(impl, config, dtype), params, weight_space, impl.stream);
 }
@@ -500,6 +496,7 @@ void cudnn_pack_weights(Context& context, const Config& config, DType dtype, con
 void cudnn_unpack_weights(Context& context, const Config& config, DType dtype,
                           const void* weight_space, void* params) {
     config.validate();
+    const detail::DeviceGuard on_device(context);
     Context::Impl& impl = context.impl();
     unpack_weights(weights_plan(impl, config, dtype), weight_space, params, impl.stream);
 }

@@ -32,7 +32,10 @@
 //
 // Memory: the workspace holds cuDNN's weight space, cuDNN's workspace and a (T, N, I) dx for
 // backward calls that give none; the reserve holds cuDNN's training reserve space. Their sizes
-// are cuDNN's answers for (config, dtype, T, N) with every sequence of length T. Since
+// are cuDNN's answers for (config, dtype, T, N) with every sequence of length T, each slot
+// rounded up to 256 bytes, plus 255 bytes: both buffers may start at any address and are carved
+// from their first 256-byte boundary (the reserve must be at the same address in forward and
+// backward). Since
 // workspace_bytes() and reserve_bytes() get no Context, the variant asks cuDNN through a handle
 // of its own, created on the current device at the first query and kept for the life of the
 // process (never destroyed: the CUDA runtime may already be gone when static objects are), and

@@ -254,9 +254,11 @@ struct CudnnSizes {
 
 // cuDNN's own buffers start on 256-byte boundaries inside ours (cudaMalloc's alignment; cuDNN
 // documents no smaller requirement for RNN buffers), so each carved byte count is rounded up to
-// a multiple of it; the Carver's 64-byte alignment then keeps every slot on a 256-byte boundary
-// of a cudaMalloc'ed base.
+// a multiple of it, and carving starts at the caller's first 256-byte boundary (the caller may
+// pass any address): every slot then lies on a 256-byte boundary in memory.
 constexpr size_t kCudnnSlotAlignment = 256;
+static_assert(kCudnnSlotAlignment == lstm::detail::kDeviceAlignment,
+              "cuDNN's slots are carved from the device-alignment boundary");
 
 inline size_t round_up_slot(size_t bytes) {
     return (bytes + kCudnnSlotAlignment - 1) / kCudnnSlotAlignment * kCudnnSlotAlignment;
@@ -275,7 +277,8 @@ struct CudnnWorkspace {
     size_t dx_bytes = 0;
 };
 
-// Carves (or, with a counting Carver, sizes) the workspace. workspace_bytes() is this count.
+// Carves (or, with a counting Carver, sizes) the workspace; cudnn_workspace_in and
+// cudnn_workspace_size below put it at the first 256-byte boundary of a caller's buffer.
 inline CudnnWorkspace carve_cudnn_workspace(lstm::detail::Carver& carver, const CudnnSizes& sizes,
                                             int64_t seq_len, int64_t batch, int64_t input_size,
                                             size_t elem_size) {
@@ -302,6 +305,36 @@ inline CudnnReserve carve_cudnn_reserve(lstm::detail::Carver& carver, const Cudn
     r.space_bytes = round_up_slot(sizes.reserve_training);
     r.space = carver.take<unsigned char>(static_cast<int64_t>(r.space_bytes));
     return r;
+}
+
+// workspace_bytes(): the carved bytes plus the padding cudnn_workspace_in may skip.
+inline size_t cudnn_workspace_size(const CudnnSizes& sizes, int64_t seq_len, int64_t batch,
+                                   int64_t input_size, size_t elem_size) {
+    lstm::detail::Carver counter(nullptr);
+    carve_cudnn_workspace(counter, sizes, seq_len, batch, input_size, elem_size);
+    return counter.bytes() + kCudnnSlotAlignment - 1;
+}
+
+// The workspace inside a caller's buffer of cudnn_workspace_size bytes at `base` (device, any
+// alignment), from its first 256-byte boundary on.
+inline CudnnWorkspace cudnn_workspace_in(void* base, const CudnnSizes& sizes, int64_t seq_len,
+                                         int64_t batch, int64_t input_size, size_t elem_size) {
+    lstm::detail::Carver carver = lstm::detail::carver_from_boundary<kCudnnSlotAlignment>(base);
+    return carve_cudnn_workspace(carver, sizes, seq_len, batch, input_size, elem_size);
+}
+
+// reserve_bytes(): the carved bytes plus the padding cudnn_reserve_in may skip.
+inline size_t cudnn_reserve_size(const CudnnSizes& sizes) {
+    lstm::detail::Carver counter(nullptr);
+    carve_cudnn_reserve(counter, sizes);
+    return counter.bytes() + kCudnnSlotAlignment - 1;
+}
+
+// The reserve inside a caller's buffer of cudnn_reserve_size bytes at `base` (device, any
+// alignment), from its first 256-byte boundary on; forward and backward must get the same base.
+inline CudnnReserve cudnn_reserve_in(void* base, const CudnnSizes& sizes) {
+    lstm::detail::Carver carver = lstm::detail::carver_from_boundary<kCudnnSlotAlignment>(base);
+    return carve_cudnn_reserve(carver, sizes);
 }
 
 // cuDNN takes int32 sizes: why the first that does not fit cannot run, or nullopt.

@@ -29,3 +29,18 @@ run_step(${WORK_DIR}/build/consumer)
 if(EXISTS ${WORK_DIR}/build/consumer_onednn)
     run_step(${WORK_DIR}/build/consumer_onednn)
 endif()
+# A build with MPI adds tests/dist, and its package must export lstm::dist: the consumer then
+# builds consumer_dist against it and runs it with one rank (OpenMPI's flags as tests/dist uses
+# them: root allowed, no pinning, shared memory only).
+if(EXISTS ${BUILD_DIR}/tests/dist)
+    if(NOT EXISTS ${WORK_DIR}/build/consumer_dist OR NOT EXISTS ${WORK_DIR}/build/dist_run.cmake)
+        message(FATAL_ERROR "the build has MPI, but the installed package did not give the "
+                            "consumer lstm::dist (no consumer_dist was built)")
+    endif()
+    include(${WORK_DIR}/build/dist_run.cmake)
+    set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+    set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+    set(ENV{OMP_NUM_THREADS} 1)
+    run_step(${CONSUMER_MPIEXEC} ${CONSUMER_NUMPROC_FLAG} 1 --oversubscribe --bind-to none
+        --mca pml ob1 --mca btl self,vader ${WORK_DIR}/build/consumer_dist)
+endif()

@@ -1,13 +1,18 @@
 // DataParallel against one process: a step on shards across ranks gives the gradients and loss of
 // one process's step on the whole batch (within the tolerance rule), for every CPU variant and
-// head, balanced and unequal shards (one empty); parameters stay bit-identical over many steps.
+// head, balanced and unequal shards (one empty), with the per-layer overlap (the default) and
+// without; parameters stay bit-identical over many steps; the per-layer allreduces start during
+// the backward, one per layer, top first.
 
 #include "lstm/dist/data_parallel.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -60,7 +65,8 @@ std::vector<double> to_double(const T* data, int64_t n) {
 // the whole batch; CHECKs the LSTM and dense gradients and the loss under the tolerance rule.
 // Every rank must call it with the same arguments (it is a collective).
 template <typename T>
-void check_matches_one_process(const Variant& v, nn::Head head, Split split) {
+void check_matches_one_process(const Variant& v, nn::Head head, Split split,
+                               dist::Overlap overlap = dist::Overlap::per_layer) {
     const nn::ModelConfig mc = model_config(head);
     const bool variable = !v.supports_variable_lengths().has_value();
     const test::GlobalBatch global =
@@ -78,13 +84,13 @@ void check_matches_one_process(const Variant& v, nn::Head head, Split split) {
         test::cut_shard<T>(global, head, begin, sizes[static_cast<size_t>(rank)]);
     // Another seed on every other rank: the broadcast must make the models equal.
     nn::SequenceModel<T> model(mc, v.name(), Device::cpu, /*seed=*/5 + 1000 * rank);
-    dist::DataParallel<T> dp(model, world());
+    dist::DataParallel<T> dp(model, world(), overlap);
     const T loss =
         dp.compute_gradients(shard.view(), shard.lengths, shard.targets, shard.target_lengths);
 
     INFO("variant " << v.name() << ", " << to_string(dtype_of<T>()) << ", head "
                     << nn::to_string(head) << ", rank " << rank << " of " << world().size()
-                    << ", shard of " << shard.batch);
+                    << ", shard of " << shard.batch << ", overlap " << dist::to_string(overlap));
     const double rtol =
         reference::lstm_rtol(dtype_of<T>(), mc.lstm, kSteps, reference::Pass::backward);
     const auto lstm_grad = model.lstm().gradients(), lstm_want = whole.lstm().gradients();
@@ -97,6 +103,60 @@ void check_matches_one_process(const Variant& v, nn::Head head, Split split) {
                                           to_double(dense_want.data, dense_want.size), rtol));
     CHECK(std::abs(static_cast<double>(loss) - static_cast<double>(want_loss)) <=
           rtol * std::abs(static_cast<double>(want_loss)));
+}
+
+// A host back-end that forwards to another and records every f32 allreduce start: where it
+// starts in the watched buffer (the LSTM gradient; -1 elsewhere), how many elements, and whether
+// every element of the watched buffer below it was still zero (the layers below had not run
+// their backward yet).
+class SpyBackend final : public dist::Backend {
+public:
+    struct Start {
+        int64_t offset, count;
+        bool below_zero;
+        bool operator==(const Start& o) const {
+            return offset == o.offset && count == o.count && below_zero == o.below_zero;
+        }
+    };
+
+    explicit SpyBackend(dist::Backend& inner) : inner_(inner) {}
+    void watch(const float* begin, int64_t size) {
+        begin_ = begin;
+        size_ = size;
+    }
+    Device device() const override { return inner_.device(); }
+    int rank() const override { return inner_.rank(); }
+    int size() const override { return inner_.size(); }
+    dist::Request start_allreduce_sum(void* data, int64_t count, DType dtype,
+                                      double scale) override {
+        if (dtype == DType::f32) {
+            const float* p = static_cast<const float*>(data);
+            const bool inside = p >= begin_ && p < begin_ + size_;
+            starts.push_back({inside ? p - begin_ : -1, count,
+                              inside && std::all_of(begin_, p, [](float v) { return v == 0; })});
+        }
+        return inner_.start_allreduce_sum(data, count, dtype, scale);
+    }
+    void wait(dist::Request& request) override { inner_.wait(request); }
+    void broadcast(void* data, size_t bytes, int root) override {
+        inner_.broadcast(data, bytes, root);
+    }
+    [[noreturn]] void abort(int code) override {
+        inner_.abort(code);
+        std::abort();  // a virtual call does not carry [[noreturn]] to the compiler
+    }
+
+    std::vector<Start> starts;
+
+private:
+    dist::Backend& inner_;
+    const float* begin_ = nullptr;
+    int64_t size_ = 0;
+};
+
+std::ostream& operator<<(std::ostream& out, const SpyBackend::Start& s) {
+    return out << "{offset " << s.offset << ", count " << s.count << ", below zero " << s.below_zero
+               << "}";
 }
 
 template <typename Fn>
@@ -120,6 +180,16 @@ TEST_CASE("a data-parallel step equals one process's step on the whole batch, ev
     }
 }
 
+TEST_CASE("without the per-layer overlap a data-parallel step equals one process's step too",
+          "[dist]") {
+    for (nn::Head head : {nn::Head::ce_last_step, nn::Head::ctc})
+        for (Split split : {Split::balanced, Split::last_empty})
+            for_each_cpu_variant(model_config(head).lstm, [&](const Variant& v, DType dt) {
+                if (dt == DType::f32)
+                    check_matches_one_process<float>(v, head, split, dist::Overlap::dense_head);
+            });
+}
+
 TEST_CASE("a data-parallel step equals one process's step for the pooled and final-state heads",
           "[dist]") {
     for (nn::Head head : {nn::Head::ce_mean_pool, nn::Head::ce_final_state}) {
@@ -139,33 +209,36 @@ TEST_CASE("unequal shards, one of them empty, weigh each rank by its share", "[d
 
 TEST_CASE("parameters stay bit-identical across ranks over several steps", "[dist]") {
     const nn::ModelConfig mc = model_config(nn::Head::ctc);
-    for_each_cpu_variant(mc.lstm, [&](const Variant& v, DType dt) {
-        if (dt != DType::f32) return;
-        INFO("variant " << v.name() << ", rank " << world().rank());
-        const bool variable = !v.supports_variable_lengths().has_value();
-        nn::SequenceModel<float> model(mc, v.name(), Device::cpu, 3 + 100 * world().rank());
-        dist::DataParallel<float> dp(model, world());
-        const std::vector<float> before(model.lstm().parameters().begin(),
-                                        model.lstm().parameters().end());
-        const auto range = dist::shard_range(kBatch, world().rank(), world().size());
-        for (int step = 0; step < 5; ++step) {
-            const test::GlobalBatch g = test::make_batch(nn::Head::ctc, kSteps, kBatch, kInput,
-                                                         kClasses, variable, 40 + step);
-            const auto s = test::cut_shard<float>(g, nn::Head::ctc, range.begin, range.size());
-            const float loss = dp.train_step(s.view(), s.lengths, s.targets, s.target_lengths);
-            CHECK(std::isfinite(loss));
-        }
-        CHECK(dp.parameters_in_sync());
-        // The training moved the parameters (a check of a model that never changed proves little).
-        CHECK(std::memcmp(before.data(), model.lstm().parameters().data,
-                          before.size() * sizeof(float)) != 0);
-        // And the check itself can fail: one ulp on one rank is seen on every rank.
-        if (world().size() > 1) {
-            float& p = model.lstm().parameters()[0];
-            if (world().rank() == 1) p = std::nextafter(p, 2 * p + 1);
-            CHECK_FALSE(dp.parameters_in_sync());
-        }
-    });
+    for (dist::Overlap overlap : {dist::Overlap::per_layer, dist::Overlap::dense_head})
+        for_each_cpu_variant(mc.lstm, [&](const Variant& v, DType dt) {
+            if (dt != DType::f32) return;
+            INFO("variant " << v.name() << ", rank " << world().rank() << ", overlap "
+                            << dist::to_string(overlap));
+            const bool variable = !v.supports_variable_lengths().has_value();
+            nn::SequenceModel<float> model(mc, v.name(), Device::cpu, 3 + 100 * world().rank());
+            dist::DataParallel<float> dp(model, world(), overlap);
+            const std::vector<float> before(model.lstm().parameters().begin(),
+                                            model.lstm().parameters().end());
+            const auto range = dist::shard_range(kBatch, world().rank(), world().size());
+            for (int step = 0; step < 5; ++step) {
+                const test::GlobalBatch g = test::make_batch(nn::Head::ctc, kSteps, kBatch, kInput,
+                                                             kClasses, variable, 40 + step);
+                const auto s = test::cut_shard<float>(g, nn::Head::ctc, range.begin, range.size());
+                const float loss = dp.train_step(s.view(), s.lengths, s.targets, s.target_lengths);
+                CHECK(std::isfinite(loss));
+            }
+            CHECK(dp.parameters_in_sync());
+            // The training moved the parameters (a check of a model that never changed proves
+            // little).
+            CHECK(std::memcmp(before.data(), model.lstm().parameters().data,
+                              before.size() * sizeof(float)) != 0);
+            // And the check itself can fail: one ulp on one rank is seen on every rank.
+            if (world().size() > 1) {
+                float& p = model.lstm().parameters()[0];
+                if (world().rank() == 1) p = std::nextafter(p, 2 * p + 1);
+                CHECK_FALSE(dp.parameters_in_sync());
+            }
+        });
 }
 
 TEST_CASE("the loss of a data-parallel step is the same global mean on every rank", "[dist]") {
@@ -205,4 +278,72 @@ TEST_CASE("shard_range cuts a batch into contiguous, balanced, ordered shards", 
             CHECK(next == items);
         }
     CHECK_THROWS_WITH(dist::shard_range(4, 2, 2), Catch::Contains("rank must be in [0, size = 2)"));
+}
+
+TEST_CASE("the per-layer overlap starts one allreduce per layer during the backward, top first",
+          "[dist]") {
+    nn::ModelConfig mc = model_config(nn::Head::ce_last_step);
+    mc.lstm.num_layers = 3;
+    for (dist::Overlap overlap : {dist::Overlap::per_layer, dist::Overlap::dense_head})
+        for_each_cpu_variant(mc.lstm, [&](const Variant& v, DType dt) {
+            if (dt != DType::f32) return;
+            INFO("variant " << v.name() << ", rank " << world().rank() << ", overlap "
+                            << dist::to_string(overlap));
+            const bool variable = !v.supports_variable_lengths().has_value();
+            const test::GlobalBatch g = test::make_batch(nn::Head::ce_last_step, kSteps, kBatch,
+                                                         kInput, kClasses, variable, 23);
+            nn::SequenceModel<float> whole(mc, v.name(), Device::cpu, 4);
+            const auto all = test::cut_shard<float>(g, nn::Head::ce_last_step, 0, kBatch);
+            whole.compute_gradients(all.view(), all.lengths, all.targets);
+
+            SpyBackend spy(world().backend_for(Device::cpu));
+            dist::Communicator comm(spy);
+            nn::SequenceModel<float> model(mc, v.name(), Device::cpu, 4 + 10 * world().rank());
+            dist::DataParallel<float> dp(model, comm, overlap);
+            const auto grads = model.lstm().gradients();
+            spy.watch(grads.data, grads.size);
+            const auto range = dist::shard_range(kBatch, world().rank(), world().size());
+            const auto s =
+                test::cut_shard<float>(g, nn::Head::ce_last_step, range.begin, range.size());
+            spy.starts.clear();
+            dp.compute_gradients(s.view(), s.lengths, s.targets);
+
+            // The dense head's first (outside the watched buffer), then the LSTM's: per layer,
+            // each started while the layers below were still zero, or the whole buffer at once.
+            const int64_t dense = model.dense().gradients().size;
+            std::vector<SpyBackend::Start> want = {{-1, dense, false}};
+            if (overlap == dist::Overlap::per_layer) {
+                for (int64_t l = mc.lstm.num_layers - 1; l >= 0; --l) {
+                    const int64_t begin = layer_param_offset(mc.lstm, l);
+                    const int64_t end = l + 1 < mc.lstm.num_layers
+                                            ? layer_param_offset(mc.lstm, l + 1)
+                                            : param_count(mc.lstm);
+                    want.push_back({begin, end - begin, true});
+                }
+            } else {
+                want.push_back({0, param_count(mc.lstm), true});
+            }
+            CHECK(spy.starts == want);
+
+            // And the sum is the one process's gradient.
+            const double rtol =
+                reference::lstm_rtol(DType::f32, mc.lstm, kSteps, reference::Pass::backward);
+            const auto want_grads = whole.lstm().gradients();
+            LSTM_CHECK_CLOSE(
+                test::compare_scaled("LSTM gradient", to_double(grads.data, grads.size),
+                                     to_double(want_grads.data, want_grads.size), rtol));
+        });
+}
+
+TEST_CASE("the per-layer overlap rejects more layers than a back-end keeps allreduces in flight",
+          "[dist]") {
+    nn::ModelConfig mc = model_config(nn::Head::ce_last_step);
+    mc.lstm = Config{kInput, 2, dist::Backend::kMaxPending, false};
+    nn::SequenceModel<float> model(mc, "basic", Device::cpu, 1);
+    CHECK_THROWS_AS(dist::DataParallel<float>(model, world()), InvalidArgument);
+    CHECK_THROWS_WITH(dist::DataParallel<float>(model, world()),
+                      Catch::Contains("num_layers must be <= 31, got 32"));
+    // Without the per-layer overlap it is fine (one allreduce for the whole stack).
+    dist::DataParallel<float> dp(model, world(), dist::Overlap::dense_head);
+    CHECK(dp.parameters_in_sync());
 }

@@ -2,7 +2,8 @@
 // of cuDNN's weight space through the addresses cuDNN reports, the gradient round trip through
 // its dweight space, padded outputs, split backward, accumulation into dparams, inference, and a
 // plan reused across calls whose lengths change. The comparison of every CUDA variant with the
-// reference on the registry's shapes is tests/gpu/variants_test.cpp.
+// reference on the registry's shapes is tests/gpu/variants_test.cpp. Generated cases
+// (tests/gpu/case_registry.hpp): one per config (and dtype).
 
 #if LSTM_WITH_CUDNN
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "case_registry.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/context.hpp"
 #include "lstm/params.hpp"
@@ -35,9 +37,10 @@ const Config kMappingConfigs[] = {
     {123, 320, 1, false},  // Braun's shape: whatever padding cuDNN adds at this size
 };
 
+// Also the tail of case names, so no commas (see case_registry.hpp).
 std::string config_name(const Config& c) {
-    return "I " + std::to_string(c.input_size) + ", H " + std::to_string(c.hidden_size) + ", L " +
-           std::to_string(c.num_layers) + (c.bidirectional ? ", bi" : ", uni");
+    return "I " + std::to_string(c.input_size) + " H " + std::to_string(c.hidden_size) + " L " +
+           std::to_string(c.num_layers) + (c.bidirectional ? " bi" : " uni");
 }
 
 // Where a region must read from in our buffer, stated through PyTorch's parameter names (not
@@ -317,44 +320,61 @@ void check_training(cuda::Context& ctx, const Config& config) {
                                           run.get(run.dparams, before.size()), twice, bwd));
 }
 
-}  // namespace
-
-TEST_CASE("gpu: cudnn weight mapping, read back through the addresses cuDNN reports",
-          "[gpu][cudnn]") {
-    cuda::Context ctx;
-    for (const Config& config : kMappingConfigs) {
-        check_mapping<float>(ctx, config);
-        check_mapping<double>(ctx, config);
-    }
-}
-
-TEST_CASE("gpu: cudnn sizes agree between the variant's handle and a context's", "[gpu][cudnn]") {
+void sizes_agree(const Config& config) {
     cuda::Context ctx;
     const auto& v = static_cast<const cuda::CudnnVariant&>(find_variant("cudnn", Device::cuda));
-    for (const Config& config : kMappingConfigs) {
-        INFO(config_name(config));
-        const cuda::CudnnSizes s = v.sizes(config, DType::f32, 50, 8);
-        CHECK(s.weight_space ==
-              cuda::cudnn_weight_layout(ctx, config, DType::f32).weight_space_bytes);
-        CHECK(s.reserve_training > 0);
-        std::printf(
-            "cudnn sizes %s, T 50, N 8: weights %zu, work %zu (inference %zu), "
-            "reserve %zu bytes\n",
-            config_name(config).c_str(), s.weight_space, s.work_training, s.work_inference,
-            s.reserve_training);
-    }
+    const cuda::CudnnSizes s = v.sizes(config, DType::f32, 50, 8);
+    CHECK(s.weight_space == cuda::cudnn_weight_layout(ctx, config, DType::f32).weight_space_bytes);
+    CHECK(s.reserve_training > 0);
+    std::printf(
+        "cudnn sizes %s, T 50, N 8: weights %zu, work %zu (inference %zu), "
+        "reserve %zu bytes\n",
+        config_name(config).c_str(), s.weight_space, s.work_training, s.work_inference,
+        s.reserve_training);
 }
 
-TEST_CASE(
-    "gpu: cudnn training step against the reference: padding, split backward, "
-    "accumulation, inference",
-    "[gpu][cudnn]") {
+// Runs check(ctx, T()) on a context of its own, T the float type of `dt`: a case's body names its
+// precision at run time, the checks take it as a template argument.
+template <typename Check>
+void on_own_context(DType dt, const Check& check) {
     cuda::Context ctx;
-    for (const Config& config : {Config{3, 5, 1, false}, Config{3, 5, 2, true}}) {
-        check_training<float>(ctx, config);
-        check_training<double>(ctx, config);
-    }
+    if (dt == DType::f32)
+        check(ctx, float());
+    else
+        check(ctx, double());
 }
+
+const test::CaseGenerator generate_cudnn_cases{[] {
+    for (const Config& config : kMappingConfigs) {
+        for (const DType dt : {DType::f32, DType::f64})
+            test::add_case(
+                CATCH_INTERNAL_LINEINFO,
+                std::string("gpu: cudnn weight mapping ") + test::dtype_name(dt) +
+                    " read back through the addresses cuDNN reports: " + config_name(config),
+                "[gpu][cudnn]", [config, dt] {
+                    on_own_context(dt, [&](cuda::Context& ctx, auto zero) {
+                        check_mapping<decltype(zero)>(ctx, config);
+                    });
+                });
+        test::add_case(
+            CATCH_INTERNAL_LINEINFO,
+            "gpu: cudnn sizes of the variant handle agree with a context: " + config_name(config),
+            "[gpu][cudnn]", [config] { sizes_agree(config); });
+    }
+    // Padding, split backward, accumulation and inference against the reference.
+    for (const Config& config : {Config{3, 5, 1, false}, Config{3, 5, 2, true}})
+        for (const DType dt : {DType::f32, DType::f64})
+            test::add_case(CATCH_INTERNAL_LINEINFO,
+                           std::string("gpu: cudnn ") + test::dtype_name(dt) +
+                               " training step against the reference: " + config_name(config),
+                           "[gpu][cudnn]", [config, dt] {
+                               on_own_context(dt, [&](cuda::Context& ctx, auto zero) {
+                                   check_training<decltype(zero)>(ctx, config);
+                               });
+                           });
+}};
+
+}  // namespace
 
 TEST_CASE("gpu: cudnn plan reused while the lengths change from call to call", "[gpu][cudnn]") {
     // One (config, T, N), so one plan; each batch has other lengths. All forwards run first and

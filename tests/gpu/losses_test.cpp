@@ -3,6 +3,8 @@
 // (Braun's CTC shape, log-probs, blank != 0, padded and concatenated targets, infeasible samples,
 // zero_infinity, a label sequence longer than a block, double), cuDNN's CTC against the own
 // kernel, and determinism (two runs bit-identical). Failures print the worst mismatches.
+// Generated cases (tests/gpu/case_registry.hpp): cross-entropy per dtype and shape, the CTC
+// semantic variants per group and dtype.
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -13,9 +15,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "case_registry.hpp"
 #include "ctc_cases.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/context.hpp"
@@ -41,11 +45,11 @@ bool bit_identical(const std::vector<T>& x, const std::vector<T>& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
 }
 
-// Scalars compared like elements, infinities exactly.
-bool close_scalar(double got, double want, double rtol) {
+// Scalars compared like elements (recorded as `what`), infinities exactly.
+bool close_scalar(const std::string& what, double got, double want, double rtol) {
     if (std::isinf(want) || std::isnan(want))
         return got == want || (std::isnan(got) && std::isnan(want));
-    return std::abs(got - want) <= rtol * (std::abs(want) + 1e-30);
+    return lstm::test::scalar_close(what, got, want, rtol * 1e-30, rtol);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -89,51 +93,90 @@ CeResult<T> run_ce(lstm::cuda::Context* ctx, Device device, const std::vector<T>
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("gpu: cross_entropy and cross_entropy_frames match the CPU", "[gpu][loss]",
-                   float, double) {
-    using T = TestType;
-    lstm::cuda::Context ctx;
-    const double rtol = std::is_same_v<T, float> ? 4e-6 : 1e-12;
-    struct Shape {
-        int64_t steps, batch, classes;
-        std::vector<int64_t> lengths;  // frames form when batch > 0
-        double scale;
-    };
-    const std::vector<Shape> shapes = {
+namespace {
+
+struct CeShape {
+    int64_t steps, batch, classes;
+    std::vector<int64_t> lengths;  // frames form when batch > 0
+    double scale;
+};
+
+const std::vector<CeShape>& ce_shapes() {
+    static const std::vector<CeShape> shapes = {
         {257, 0, 5, {}, 3.0},   {64, 0, 100, {}, 1e4},        {9, 4, 37, {9, 1, 5, 8}, 4.0},
         {100, 32, 59, {}, 2.0}, {50, 3, 1, {50, 20, 1}, 1.0}, {7, 5, 2000, {7, 7, 3, 1, 6}, 5.0},
     };
-    uint64_t seed = 1;
-    for (const Shape& s : shapes) {
-        const int64_t rows = s.batch > 0 ? s.steps * s.batch : s.steps;
-        const std::vector<T> logits =
-            lstm::test::random_vector<T>(rows * s.classes, ++seed, -s.scale, s.scale);
-        std::vector<int64_t> targets(rows);
-        for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 7 + 3) % s.classes;
-        for (const Reduction reduction : kReductions) {
-            INFO("steps " << s.steps << " batch " << s.batch << " C " << s.classes << " scale "
-                          << s.scale << " " << lstm::loss::to_string(reduction));
-            const CeResult<T> cpu = run_ce<T>(nullptr, Device::cpu, logits, s.steps, s.batch,
-                                              s.classes, s.lengths, targets, reduction);
-            const CeResult<T> gpu = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch,
-                                              s.classes, s.lengths, targets, reduction);
-            INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
-            CHECK(close_scalar(gpu.loss, cpu.loss, rtol));
-            LSTM_CHECK_CLOSE(lstm::test::compare("losses", gpu.losses, cpu.losses, rtol, rtol));
-            double max_grad = 0;
-            for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
-            LSTM_CHECK_CLOSE(
-                lstm::test::compare("grad", gpu.grad, cpu.grad, rtol * max_grad, rtol));
-            CHECK(lstm::test::all_finite(gpu.grad));
-            // Deterministic: the same call again gives the same bits.
-            const CeResult<T> again = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch,
-                                                s.classes, s.lengths, targets, reduction);
-            CHECK(std::memcmp(&again.loss, &gpu.loss, sizeof(T)) == 0);
-            CHECK(bit_identical(again.grad, gpu.grad));
-            CHECK(bit_identical(again.losses, gpu.losses));
-        }
+    return shapes;
+}
+
+std::string ce_shape_name(const CeShape& s) {
+    std::ostringstream name;
+    if (s.batch > 0)
+        name << "frames T " << s.steps << " N " << s.batch;
+    else
+        name << "rows " << s.steps;
+    name << " C " << s.classes << " scale " << s.scale;
+    return name.str();
+}
+
+// cross_entropy (rows) or cross_entropy_frames on the GPU against the CPU, every reduction.
+template <typename T>
+void ce_matches_cpu(const CeShape& s, uint64_t seed) {
+    lstm::cuda::Context ctx;
+    const double rtol = std::is_same_v<T, float> ? 4e-6 : 1e-12;
+    const int64_t rows = s.batch > 0 ? s.steps * s.batch : s.steps;
+    const std::vector<T> logits =
+        lstm::test::random_vector<T>(rows * s.classes, seed, -s.scale, s.scale);
+    std::vector<int64_t> targets(rows);
+    for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 7 + 3) % s.classes;
+    for (const Reduction reduction : kReductions) {
+        INFO("steps " << s.steps << " batch " << s.batch << " C " << s.classes << " scale "
+                      << s.scale << " " << lstm::loss::to_string(reduction));
+        const CeResult<T> cpu = run_ce<T>(nullptr, Device::cpu, logits, s.steps, s.batch, s.classes,
+                                          s.lengths, targets, reduction);
+        const CeResult<T> gpu = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch, s.classes,
+                                          s.lengths, targets, reduction);
+        INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
+        CHECK(close_scalar("loss", gpu.loss, cpu.loss, rtol));
+        LSTM_CHECK_CLOSE(lstm::test::compare("losses", gpu.losses, cpu.losses, rtol, rtol));
+        double max_grad = 0;
+        for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
+        LSTM_CHECK_CLOSE(lstm::test::compare("grad", gpu.grad, cpu.grad, rtol * max_grad, rtol));
+        CHECK(lstm::test::all_finite(gpu.grad));
+        // Deterministic: the same call again gives the same bits.
+        const CeResult<T> again = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch, s.classes,
+                                            s.lengths, targets, reduction);
+        CHECK(std::memcmp(&again.loss, &gpu.loss, sizeof(T)) == 0);
+        CHECK(bit_identical(again.grad, gpu.grad));
+        CHECK(bit_identical(again.losses, gpu.losses));
     }
 }
+
+// "gpu: cross-entropy <dtype> matches the CPU: <shape>"; the small frames shape in f32 is the
+// [memcheck] case.
+const lstm::test::CaseGenerator generate_ce_cases{[] {
+    const std::vector<CeShape>& shapes = ce_shapes();
+    for (size_t k = 0; k < shapes.size(); ++k) {
+        const uint64_t seed = 2 + k;
+        for (const lstm::DType dt : {lstm::DType::f32, lstm::DType::f64}) {
+            const CeShape& s = shapes[k];
+            const bool memcheck =
+                dt == lstm::DType::f32 && s.batch > 0 && s.classes < 100 && s.steps * s.batch < 100;
+            lstm::test::add_case(
+                CATCH_INTERNAL_LINEINFO,
+                std::string("gpu: cross-entropy ") + lstm::test::dtype_name(dt) +
+                    " matches the CPU: " + lstm::test::case_name_part(ce_shape_name(s)),
+                memcheck ? "[gpu][loss][memcheck]" : "[gpu][loss]", [k, seed, dt] {
+                    if (dt == lstm::DType::f32)
+                        ce_matches_cpu<float>(ce_shapes()[k], seed);
+                    else
+                        ce_matches_cpu<double>(ce_shapes()[k], seed);
+                });
+        }
+    }
+}};
+
+}  // namespace
 
 TEST_CASE("gpu: cross_entropy checks its device arguments", "[gpu][loss]") {
     using Catch::Contains;
@@ -241,10 +284,10 @@ CtcResult<T> run_ctc(lstm::cuda::Context* ctx, Device device, const CtcCase& c,
 template <typename T>
 void check_ctc_close(const CtcResult<T>& gpu, const CtcResult<T>& cpu, double rtol) {
     INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
-    CHECK(close_scalar(gpu.loss, cpu.loss, rtol));
+    CHECK(close_scalar("loss", gpu.loss, cpu.loss, rtol));
     for (size_t n = 0; n < cpu.losses.size(); ++n) {
         INFO("sample " << n << ": gpu " << gpu.losses[n] << " cpu " << cpu.losses[n]);
-        CHECK(close_scalar(gpu.losses[n], cpu.losses[n], rtol));
+        CHECK(close_scalar("sample loss", gpu.losses[n], cpu.losses[n], rtol));
     }
     double max_grad = 0;
     for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
@@ -261,7 +304,7 @@ CtcCase braun_ctc(bool equal_lengths = false) {
 
 }  // namespace
 
-TEST_CASE("gpu: ctc own kernel on Braun's CTC shape matches the CPU, deterministically",
+TEST_CASE("gpu: ctc own kernel on the Braun CTC shape matches the CPU deterministically",
           "[gpu][loss][ctc]") {
     lstm::cuda::Context ctx;
     const CtcCase c = braun_ctc();
@@ -283,13 +326,16 @@ TEST_CASE("gpu: ctc own kernel on Braun's CTC shape matches the CPU, determinist
         best * 1e3);
 }
 
-TEST_CASE("gpu: ctc own kernel matches the CPU on every semantic variant", "[gpu][loss][ctc]") {
-    lstm::cuda::Context ctx;
-    struct Variant {
-        const char* name;
-        CtcCase c;
-    };
-    std::vector<Variant> variants;
+namespace {
+
+struct CtcSemantic {
+    std::string group, name;
+    CtcCase c;
+};
+
+// The semantic variants of CTC, in groups (one generated case per group and dtype).
+std::vector<CtcSemantic> ctc_semantic_cases() {
+    std::vector<CtcSemantic> out;
     {
         CtcCase c = random_ctc(50, {50, 33, 17, 49, 8}, {20, 15, 5, 1, 3}, 6, 5, 7, 3.0);
         for (const Reduction r : kReductions)
@@ -299,9 +345,9 @@ TEST_CASE("gpu: ctc own kernel matches the CPU on every semantic variant", "[gpu
                     v.reduction = r;
                     v.zero_infinity = zi;
                     v.padded = padded;
-                    variants.push_back({"blank 5, repeats", v});
+                    out.push_back({"blank 5 repeats", "blank 5, repeats", v});
                     to_log_probs(v);
-                    variants.push_back({"blank 5, repeats, log_probs", v});
+                    out.push_back({"blank 5 repeats log_probs", "blank 5, repeats, log_probs", v});
                 }
     }
     {
@@ -311,36 +357,69 @@ TEST_CASE("gpu: ctc own kernel matches the CPU on every semantic variant", "[gpu
         c.targets[0] = {2, 2, 2};
         for (const bool zi : {false, true}) {
             c.zero_infinity = zi;
-            variants.push_back({"infeasible and empty", c});
+            out.push_back({"infeasible and empty", "infeasible and empty", c});
         }
     }
     {
         // 1400 labels: 2801 states, a recursion block takes them in turns; rings still in shared
         // memory. And 1600 labels: 3201 states, rings in global memory.
-        CtcCase c = random_ctc(3300, {3300, 2000}, {1400, 600}, 30, 0, 9, 2.0);
-        variants.push_back({"1400 labels", c});
-        CtcCase d = random_ctc(3300, {3300}, {1600}, 30, 0, 10, 2.0);
-        variants.push_back({"1600 labels", d});
+        out.push_back({"1400 labels", "1400 labels",
+                       random_ctc(3300, {3300, 2000}, {1400, 600}, 30, 0, 9, 2.0)});
+        out.push_back(
+            {"1600 labels", "1600 labels", random_ctc(3300, {3300}, {1600}, 30, 0, 10, 2.0)});
     }
-    for (const Variant& v : variants) {
+    return out;
+}
+
+template <typename T>
+void ctc_group_matches_cpu(const std::string& group, double rtol) {
+    lstm::cuda::Context ctx;
+    for (const CtcSemantic& v : ctc_semantic_cases()) {
+        if (v.group != group) continue;
         INFO(v.name << ", " << lstm::loss::to_string(v.c.reduction)
                     << (v.c.zero_infinity ? ", zero_infinity" : "")
                     << (v.c.padded ? ", padded" : ", concatenated"));
-        check_ctc_close(run_ctc<float>(&ctx, Device::cuda, v.c, CtcBackend::own),
-                        run_ctc<float>(nullptr, Device::cpu, v.c), 2e-6);
-        check_ctc_close(run_ctc<double>(&ctx, Device::cuda, v.c, CtcBackend::own),
-                        run_ctc<double>(nullptr, Device::cpu, v.c), 1e-9);
+        check_ctc_close(run_ctc<T>(&ctx, Device::cuda, v.c, CtcBackend::own),
+                        run_ctc<T>(nullptr, Device::cpu, v.c), rtol);
     }
-    // Losses without a gradient.
+}
+
+// "gpu: ctc own kernel <dtype> matches the CPU: <group>"; the first group in f32 is the
+// [memcheck] case of the own kernel.
+const lstm::test::CaseGenerator generate_ctc_cases{[] {
+    std::vector<std::string> groups;
+    for (const CtcSemantic& v : ctc_semantic_cases())
+        if (std::find(groups.begin(), groups.end(), v.group) == groups.end())
+            groups.push_back(v.group);
+    for (const std::string& group : groups)
+        for (const lstm::DType dt : {lstm::DType::f32, lstm::DType::f64}) {
+            const bool memcheck = dt == lstm::DType::f32 && group == groups.front();
+            lstm::test::add_case(CATCH_INTERNAL_LINEINFO,
+                                 std::string("gpu: ctc own kernel ") + lstm::test::dtype_name(dt) +
+                                     " matches the CPU: " + lstm::test::case_name_part(group),
+                                 memcheck ? "[gpu][loss][ctc][memcheck]" : "[gpu][loss][ctc]",
+                                 [group, dt] {
+                                     if (dt == lstm::DType::f32)
+                                         ctc_group_matches_cpu<float>(group, 2e-6);
+                                     else
+                                         ctc_group_matches_cpu<double>(group, 1e-9);
+                                 });
+        }
+}};
+
+}  // namespace
+
+TEST_CASE("gpu: ctc own kernel losses without a gradient match the CPU", "[gpu][loss][ctc]") {
+    lstm::cuda::Context ctx;
     const CtcCase c = braun_ctc();
     const CtcResult<float> no_grad = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own, false);
     const CtcResult<float> cpu = run_ctc<float>(nullptr, Device::cpu, c, CtcBackend::own, false);
-    CHECK(close_scalar(no_grad.loss, cpu.loss, 2e-6));
+    CHECK(close_scalar("loss", no_grad.loss, cpu.loss, 2e-6));
     LSTM_CHECK_CLOSE(lstm::test::compare("losses", no_grad.losses, cpu.losses, 0.0, 2e-6));
 }
 
-TEST_CASE("gpu: ctc through cuDNN agrees with the own kernel where cuDNN applies",
-          "[gpu][loss][ctc]") {
+TEST_CASE("gpu: ctc cudnn agrees with the own kernel on the Braun CTC shape with equal lengths",
+          "[gpu][loss][ctc][cudnn]") {
 #if LSTM_WITH_CUDNN
     lstm::cuda::Context ctx;
     // Every input length = T, blank 0, logits, float: the automatic choice is cuDNN.
@@ -369,6 +448,22 @@ TEST_CASE("gpu: ctc through cuDNN agrees with the own kernel where cuDNN applies
     SUCCEED("built without cuDNN");
 #endif
 }
+
+#if LSTM_WITH_CUDNN
+TEST_CASE("gpu: ctc cudnn agrees with the own kernel on a small case",
+          "[gpu][loss][ctc][cudnn][memcheck]") {
+    // What cuDNN takes: every input length = T, blank 0, logits, float; at most 8 labels plus
+    // their repeats fit in 30 frames, so every sample is feasible.
+    lstm::cuda::Context ctx;
+    const CtcCase c = random_ctc(30, {30, 30, 30, 30}, {5, 1, 8, 3}, 7, 0, 12, 2.0);
+    const CtcResult<float> own = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own);
+    const CtcResult<float> cudnn = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::cudnn);
+    const CtcResult<float> automatic = run_ctc<float>(&ctx, Device::cuda, c);
+    check_ctc_close(own, run_ctc<float>(nullptr, Device::cpu, c), 2e-6);
+    check_ctc_close(cudnn, own, 1e-3);
+    CHECK(bit_identical(automatic.grad, cudnn.grad));
+}
+#endif
 
 TEST_CASE("gpu: ctc checks its device arguments", "[gpu][loss][ctc]") {
     using Catch::Contains;

@@ -1,10 +1,14 @@
-// The GPU test executable. CI has no GPU, so without a visible device it exits with ctest's skip
-// code (SKIP_RETURN_CODE in tests/CMakeLists.txt) instead of passing vacuously.
+// The GPU test executable. Listing its cases (--list-test-names-only, --list-tests, --list-tags)
+// needs no device: a runner lists them on any machine, then starts each case in its own process.
+// Running cases without a visible device exits with ctest's skip code (SKIP_RETURN_CODE in
+// tests/CMakeLists.txt) instead of passing vacuously.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "case_registry.hpp"
 #include "lstm/cuda/runtime.hpp"
+#include "tolerance_listener.hpp"
 
 namespace {
 // The conventional "skipped" exit status (automake's); ctest maps it to "Skipped".
@@ -12,10 +16,19 @@ constexpr int kSkipExitCode = 77;
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (!lstm::cuda::device_available()) {
-        std::printf("lstm_gpu_tests: no CUDA device visible; skipping every GPU test\n");
-        return kSkipExitCode;
+    lstm::test::register_generated_cases();
+    Catch::Session session;
+    if (const int bad_arguments = session.applyCommandLine(argc, argv)) return bad_arguments;
+    const Catch::ConfigData& config = session.configData();
+    const bool runs_cases = !(config.listTests || config.listTestNamesOnly || config.listTags ||
+                              config.listReporters || config.showHelp || config.libIdentify);
+    if (runs_cases) {
+        if (!lstm::cuda::device_available()) {
+            std::printf("lstm_gpu_tests: no CUDA device visible; skipping every GPU test\n");
+            return kSkipExitCode;
+        }
+        std::printf("lstm_gpu_tests on %s\n", lstm::cuda::device_description(0).c_str());
+        std::fflush(stdout);
     }
-    std::printf("lstm_gpu_tests on %s\n", lstm::cuda::device_description(0).c_str());
-    return Catch::Session().run(argc, argv);
+    return session.run();
 }

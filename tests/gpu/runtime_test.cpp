@@ -7,7 +7,8 @@
 
 using namespace lstm;
 
-TEST_CASE("gpu: Buffer round trip through device memory on a context stream", "[gpu]") {
+TEST_CASE("gpu: Buffer round trip through device memory on a context stream",
+          "[gpu][runtime][memcheck]") {
     cuda::Context ctx;
     std::vector<float> host(1000);
     for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * float(i) - 7.0f;
@@ -20,6 +21,6 @@ TEST_CASE("gpu: Buffer round trip through device memory on a context stream", "[
     REQUIRE(zeros == std::vector<float>(host.size(), 0.0f));
 }
 
-TEST_CASE("gpu: a context on a device that does not exist names it", "[gpu]") {
+TEST_CASE("gpu: a context on a device that does not exist names it", "[gpu][runtime]") {
     REQUIRE_THROWS_WITH(cuda::Context(1000), Catch::Contains("device 1000 does not exist"));
 }

@@ -1,7 +1,8 @@
 // The owning layer and the whole training step on CUDA against the same on the CPU, in this
 // binary: the optimizer kernels, the device dense layer and sequence heads, lstm::Lstm on cuda
 // (every registered CUDA variant) and one SequenceModel step per head. Every comparison prints
-// its worst elements when it fails.
+// its worst elements when it fails. Generated cases (tests/gpu/case_registry.hpp): one per
+// optimizer and dtype, per variant and layer shape, per variant and head.
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "case_registry.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/context.hpp"
 #include "lstm/io/checkpoint.hpp"
@@ -32,13 +34,13 @@ std::vector<double> widen(const std::vector<T>& v) {
     return std::vector<double>(v.begin(), v.end());
 }
 
-// |got - want| <= rtol * (max|want| + |want|), the reference rule; prints the worst element.
+// |got - want| <= rtol * (max|want| + |want|), the reference rule; prints the worst elements.
 template <typename A, typename B>
 void check_close(const std::string& what, const std::vector<A>& got, const std::vector<B>& want,
                  double rtol) {
-    const auto why = reference::check_close(what, widen(got), widen(want), rtol);
-    INFO((why ? *why : std::string()));
-    CHECK(!why);
+    const std::vector<double> expected = widen(want);
+    LSTM_CHECK_CLOSE(
+        test::compare(what, widen(got), expected, rtol * reference::max_abs(expected), rtol));
 }
 
 // A device view of a Buffer holding `shape`.
@@ -229,7 +231,7 @@ void model_step_matches_cpu(const Variant& v, const ModelProblem& p) {
     const float loss_h = host.compute_gradients(xv, lengths, p.targets, p.target_lengths);
     const float loss_d = dev.compute_gradients(xv, lengths, p.targets, p.target_lengths);
     INFO("loss cpu " << loss_h << ", cuda " << loss_d);
-    CHECK(std::abs(loss_d - loss_h) <= 1e-5 * std::abs(loss_h) + 1e-6);
+    CHECK(test::scalar_close("loss", loss_d, loss_h, 1e-6, 1e-5));
     dev.lstm().store_gradients(Span<float>(lstm_g));
     dev.dense_cuda().store_gradients(Span<float>(dense_g));
     const double bwd =
@@ -275,24 +277,72 @@ void model_step_matches_cpu(const Variant& v, const ModelProblem& p) {
     const float second_h = host.train_step(xv, lengths, p.targets, p.target_lengths);
     const float second_d = dev.train_step(xv, lengths, p.targets, p.target_lengths);
     INFO("second loss cpu " << second_h << ", cuda " << second_d);
-    CHECK(std::abs(second_d - second_h) <= 1e-4 * std::abs(second_h) + 1e-6);
+    CHECK(test::scalar_close("second step loss", second_d, second_h, 1e-6, 1e-4));
 }
+
+// The layer comparison's shapes. The layer-level options too: batch_first transposes and
+// dropout masks run as device kernels, and a seed draws the same masks on both devices.
+std::vector<std::pair<std::string, Shape>> layer_shapes() {
+    Config options{5, 7, 3, true};
+    options.batch_first = true;
+    options.dropout = 0.3;
+    options.bias = false;
+    Config projected{5, 7, 2, true};
+    projected.proj_size = 3;
+    projected.dropout = 0.5;
+    return {
+        {"uni 1 layer", {Config{5, 7, 1, false}, 6, 4, {6, 3, 1, 5}}},
+        {"bi 2 layers", {Config{5, 7, 2, true}, 6, 4, {6, 3, 1, 5}}},
+        {"bi 3 layers batch_first dropout 0.3 no bias", {options, 6, 4, {6, 3, 1, 5}}},
+        {"bi 2 layers proj 3 dropout 0.5", {projected, 6, 4, {6, 3, 1, 5}}},
+    };
+}
+
+// A config a variant refuses in supports() gets no case.
+const test::CaseGenerator generate_training_cases{[] {
+    for (const bool adam : {true, false})
+        for (const DType dt : {DType::f32, DType::f64}) {
+            const std::string tags =
+                adam && dt == DType::f32 ? "[gpu][optim][memcheck]" : "[gpu][optim]";
+            test::add_case(CATCH_INTERNAL_LINEINFO,
+                           std::string("gpu: optimizer ") + (adam ? "adam " : "sgd ") +
+                               test::dtype_name(dt) + " kernel equals the host optimizer",
+                           tags, [adam, dt] {
+                               nn::SgdOptions sgd;
+                               sgd.lr = 0.05;
+                               sgd.momentum = 0.9;
+                               sgd.nesterov = true;
+                               sgd.weight_decay = 0.01;
+                               if (dt == DType::f32)
+                                   optimizer_kernels_match<float>(adam, sgd);
+                               else
+                                   optimizer_kernels_match<double>(adam, sgd);
+                           });
+        }
+    for (const Variant* v : variants_on(Device::cuda)) {
+        const std::string tags = std::string("[gpu][layer][") + v->name() + "]";
+        for (const auto& [name, shape] : layer_shapes()) {
+            if (v->supports(shape.config.core(), DType::f32)) continue;
+            test::add_case(CATCH_INTERNAL_LINEINFO,
+                           std::string("gpu: layer ") + v->name() +
+                               " f32 on cuda equals the host layer: " + test::case_name_part(name),
+                           tags, [v, s = shape] { layer_matches_cpu(*v, s); });
+        }
+        for (const ModelProblem& p : model_problems()) {
+            if (v->supports(p.shape.config, DType::f32)) continue;
+            test::add_case(CATCH_INTERNAL_LINEINFO,
+                           std::string("gpu: model step ") + v->name() + " f32 head " +
+                               test::case_name_part(nn::to_string(p.head)) +
+                               " on cuda equals it on cpu",
+                           std::string("[gpu][model][") + v->name() + "]",
+                           [v, p] { model_step_matches_cpu(*v, p); });
+        }
+    }
+}};
 
 }  // namespace
 
-TEST_CASE("gpu: Adam and SGD kernels equal the host optimizers", "[gpu]") {
-    nn::SgdOptions sgd;
-    sgd.lr = 0.05;
-    sgd.momentum = 0.9;
-    sgd.nesterov = true;
-    sgd.weight_decay = 0.01;
-    optimizer_kernels_match<float>(true, sgd);
-    optimizer_kernels_match<double>(true, sgd);
-    optimizer_kernels_match<float>(false, sgd);
-    optimizer_kernels_match<double>(false, sgd);
-}
-
-TEST_CASE("gpu: DenseCuda equals nn::Dense forward and backward", "[gpu]") {
+TEST_CASE("gpu: DenseCuda equals nn::Dense forward and backward", "[gpu][memcheck]") {
     cuda::Context ctx;
     const int64_t rows = 37, in = 13, out = 7;
     nn::Dense<float> host(in, out, true);
@@ -327,7 +377,7 @@ TEST_CASE("gpu: DenseCuda equals nn::Dense forward and backward", "[gpu]") {
                 std::vector<float>(host.gradients().begin(), host.gradients().end()), rtol);
 }
 
-TEST_CASE("gpu: sequence head kernels equal the host gathers bit for bit", "[gpu]") {
+TEST_CASE("gpu: sequence head kernels equal the host gathers bit for bit", "[gpu][memcheck]") {
     cuda::Context ctx;
     const int64_t steps = 7, batch = 5, features = 11;
     const std::vector<int64_t> lengths = {7, 1, 4, 7, 2};
@@ -366,34 +416,6 @@ TEST_CASE("gpu: sequence head kernels equal the host gathers bit for bit", "[gpu
     }
 }
 
-TEST_CASE("gpu: lstm::Lstm on cuda equals the host layer, for every CUDA variant", "[gpu]") {
-    // The layer-level options too: batch_first transposes and dropout masks run as device
-    // kernels, and a seed draws the same masks on both devices.
-    Config options{5, 7, 3, true};
-    options.batch_first = true;
-    options.dropout = 0.3;
-    options.bias = false;
-    Config projected{5, 7, 2, true};
-    projected.proj_size = 3;
-    projected.dropout = 0.5;
-    const std::vector<Shape> shapes = {
-        {Config{5, 7, 1, false}, 6, 4, {6, 3, 1, 5}},
-        {Config{5, 7, 2, true}, 6, 4, {6, 3, 1, 5}},
-        {options, 6, 4, {6, 3, 1, 5}},
-        {projected, 6, 4, {6, 3, 1, 5}},
-    };
-    REQUIRE(!variants_on(Device::cuda).empty());
-    for (const Variant* v : variants_on(Device::cuda)) {
-        for (const Shape& s : shapes) {
-            if (auto why = v->supports(s.config.core(), DType::f32)) {
-                WARN(v->name() << " (cuda) skips a config: " << *why);
-                continue;
-            }
-            layer_matches_cpu(*v, s);
-        }
-    }
-}
-
 TEST_CASE("gpu: lstm::Lstm on cuda owns its context and zeroes gradients on the device", "[gpu]") {
     const Config cfg{3, 4, 1, false};
     Lstm layer(cfg, variants_on(Device::cuda).front()->name(), Device::cuda);
@@ -405,19 +427,6 @@ TEST_CASE("gpu: lstm::Lstm on cuda owns its context and zeroes gradients on the 
     layer.zero_grad();
     layer.store_gradients(Span<float>(back));
     CHECK(back == std::vector<float>(ones.size(), 0.0f));
-}
-
-TEST_CASE("gpu: one SequenceModel training step on cuda equals it on cpu, every head and variant",
-          "[gpu]") {
-    for (const Variant* v : variants_on(Device::cuda)) {
-        for (const ModelProblem& p : model_problems()) {
-            if (auto why = v->supports(p.shape.config, DType::f32)) {
-                WARN(v->name() << " (cuda) skips a config: " << *why);
-                continue;
-            }
-            model_step_matches_cpu(*v, p);
-        }
-    }
 }
 
 TEST_CASE("gpu: a cuda model resumed from a checkpoint trains on bit for bit", "[gpu]") {

@@ -3,14 +3,16 @@
 // would take minutes, one full-size 1x320-CE-short case), training forward + backward on device
 // memory with a cuda::Context. Also: inference forward == training forward, split backward ==
 // all, a second identical call (graph replay where a variant captures one) == the first, and the
-// "context must be given" error. One generic body: registering a variant is all it takes.
+// "context must be given" error. One generic body, one generated test case per (variant, dtype,
+// shape) (tests/gpu/case_registry.hpp): registering a variant is all it takes.
 
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "lstm/buffer.hpp"
+#include "case_registry.hpp"
+#include "device_problem.hpp"
 #include "lstm/cuda/context.hpp"
 #include "lstm/registry.hpp"
 #include "tolerance.hpp"
@@ -20,146 +22,6 @@ using namespace lstm;
 using namespace lstm::test;
 
 namespace {
-
-// Inputs, outputs and buffers of one problem in device memory, for one variant and precision.
-template <typename T>
-class DeviceProblem {
-public:
-    DeviceProblem(const Variant& v, const LstmCase& c, cuda::Context& ctx)
-        : v_(v), c_(c), ctx_(ctx) {
-        const Config& cfg = c.in.config;
-        seq_len_ = c.in.seq_len;
-        batch_ = c.in.batch;
-        state_ = cfg.num_cells() * batch_ * cfg.hidden_size;
-        x_ = up(c.in.x);
-        params_ = up(c.in.params);
-        h0_ = up(c.in.h0);
-        c0_ = up(c.in.c0);
-        dy_ = up(c.out_grads.dy);
-        dhn_ = up(c.out_grads.dhn);
-        dcn_ = up(c.out_grads.dcn);
-        const size_t out = size_t(seq_len_ * batch_ * cfg.output_size());
-        for (Buffer* b : {&y_, &hn_, &cn_, &dh0_, &dc0_, &dx_, &dparams_})
-            *b = Buffer(Device::cuda);
-        y_.reserve(out * sizeof(T));
-        hn_.reserve(state_ * sizeof(T));
-        cn_.reserve(state_ * sizeof(T));
-        dh0_.reserve(state_ * sizeof(T));
-        dc0_.reserve(state_ * sizeof(T));
-        dx_.reserve(c.in.x.size() * sizeof(T));
-        dparams_.reserve(c.in.params.size() * sizeof(T));
-        ws_bytes_ = v.workspace_bytes(cfg, dtype_of<T>(), seq_len_, batch_);
-        rs_bytes_ = v.reserve_bytes(cfg, dtype_of<T>(), seq_len_, batch_);
-        workspace_ = Buffer(Device::cuda, ws_bytes_);
-        reserve_ = Buffer(Device::cuda, rs_bytes_);
-    }
-
-    ForwardArgs<T> forward_args(bool training) const {
-        const Config& cfg = c_.in.config;
-        ForwardArgs<T> f;
-        f.x = view<const T>(x_, {seq_len_, batch_, cfg.input_size});
-        f.lengths = Span<const int64_t>(c_.in.lengths.data(), int64_t(c_.in.lengths.size()));
-        f.h0 = state_view<const T>(h0_);
-        f.c0 = state_view<const T>(c0_);
-        f.params = view<const T>(params_, {int64_t(c_.in.params.size())});
-        f.y = view<T>(y_, {seq_len_, batch_, cfg.output_size()});
-        f.hn = state_view<T>(hn_);
-        f.cn = state_view<T>(cn_);
-        f.workspace = workspace_.data();
-        f.workspace_size = ws_bytes_;
-        f.reserve = training ? reserve_.data() : nullptr;
-        f.reserve_size = training ? rs_bytes_ : 0;
-        f.context = &ctx_;
-        return f;
-    }
-
-    BackwardArgs<T> backward_args(BackwardPart part) const {
-        const Config& cfg = c_.in.config;
-        const ForwardArgs<T> f = forward_args(true);
-        BackwardArgs<T> b;
-        b.x = f.x;
-        b.lengths = f.lengths;
-        b.h0 = f.h0;
-        b.c0 = f.c0;
-        b.params = f.params;
-        b.y = f.y;
-        b.dy = view<const T>(dy_, {seq_len_, batch_, cfg.output_size()});
-        b.dhn = state_view<const T>(dhn_);
-        b.dcn = state_view<const T>(dcn_);
-        b.dx = view<T>(dx_, {seq_len_, batch_, cfg.input_size});
-        b.dh0 = state_view<T>(dh0_);
-        b.dc0 = state_view<T>(dc0_);
-        b.dparams = view<T>(dparams_, {int64_t(c_.in.params.size())});
-        b.workspace = workspace_.data();
-        b.workspace_size = ws_bytes_;
-        b.reserve = reserve_.data();
-        b.reserve_size = rs_bytes_;
-        b.context = &ctx_;
-        b.part = part;
-        return b;
-    }
-
-    // Training forward, then backward as one call or as data + weights, with dparams starting
-    // from `before`; returns everything in double.
-    reference::VariantResult train(const std::vector<double>& before, bool split) {
-        const std::vector<T> start = cast_vector<T>(before);
-        dparams_.copy_from(start.data(), Device::cpu, start.size() * sizeof(T), &ctx_);
-        v_.forward(c_.in.config, forward_args(true));
-        if (split) {
-            v_.backward(c_.in.config, backward_args(BackwardPart::data));
-            v_.backward(c_.in.config, backward_args(BackwardPart::weights));
-        } else {
-            v_.backward(c_.in.config, backward_args(BackwardPart::all));
-        }
-        ctx_.synchronize();
-        reference::VariantResult r;
-        r.y = down(y_, c_.out_grads.dy.size());
-        r.hn = down(hn_, state_);
-        r.cn = down(cn_, state_);
-        r.dx = down(dx_, c_.in.x.size());
-        r.dh0 = down(dh0_, state_);
-        r.dc0 = down(dc0_, state_);
-        r.dparams = down(dparams_, c_.in.params.size());
-        return r;
-    }
-
-    // Inference forward: y, hn, cn only.
-    reference::VariantResult infer() {
-        v_.forward(c_.in.config, forward_args(false));
-        ctx_.synchronize();
-        reference::VariantResult r;
-        r.y = down(y_, c_.out_grads.dy.size());
-        r.hn = down(hn_, state_);
-        r.cn = down(cn_, state_);
-        return r;
-    }
-
-private:
-    Buffer up(const std::vector<double>& host) {
-        return Buffer::upload(Device::cuda, cast_vector<T>(host), &ctx_);
-    }
-    std::vector<double> down(const Buffer& b, size_t count) {
-        return cast_vector<double>(b.download<T>(count, &ctx_));
-    }
-    template <typename U>
-    static TensorView<U> view(const Buffer& b, std::initializer_list<int64_t> shape) {
-        return TensorView<U>(static_cast<U*>(b.data()), shape, Device::cuda);
-    }
-    template <typename U>
-    TensorView<U> state_view(const Buffer& b) const {
-        if (b.size() == 0) return TensorView<U>();
-        const Config& cfg = c_.in.config;
-        return view<U>(b, {cfg.num_cells(), batch_, cfg.hidden_size});
-    }
-
-    const Variant& v_;
-    const LstmCase& c_;
-    cuda::Context& ctx_;
-    int64_t seq_len_ = 0, batch_ = 0;
-    size_t state_ = 0, ws_bytes_ = 0, rs_bytes_ = 0;
-    Buffer x_, params_, h0_, c0_, dy_, dhn_, dcn_;
-    Buffer y_, hn_, cn_, dh0_, dc0_, dx_, dparams_, workspace_, reserve_;
-};
 
 // small_shapes() (tests/variant_runner.hpp) plus Braun's (docs/benchmarks.md: I = 123,
 // H = 320). The naive double reference is what costs: 1x320-CE-short runs at full size, the
@@ -174,10 +36,10 @@ std::vector<Shape> shape_list() {
     std::vector<Shape> shapes = small_shapes();
     const std::vector<Shape> braun = {
         {"braun 1x320-CE-short (full size)", one_layer, 100, 64, {}, false},
-        {"braun 1x320-CE-long (T 1000 -> 60)", one_layer, 60, 32, {}, false},
-        {"braun 4x320-CE-long (T 1000 -> 16)", four_bi, 16, 32, {}, false},
-        {"braun 4x320-CTC-long (T 1000 -> 24, lengths spread)", four_bi, ctc_t, ctc_n, ctc_lengths,
-         false},
+        {"braun 1x320-CE-long (T 1000 cut to 60)", one_layer, 60, 32, {}, false},
+        {"braun 4x320-CE-long (T 1000 cut to 16)", four_bi, 16, 32, {}, false},
+        {"braun 4x320-CTC-long (T 1000 cut to 24, lengths spread)", four_bi, ctc_t, ctc_n,
+         ctc_lengths, false},
     };
     shapes.insert(shapes.end(), braun.begin(), braun.end());
     return shapes;
@@ -192,30 +54,27 @@ void check_variant_on_device(const Variant& v, const LstmCase& c, const referenc
     const double fwd = rtol.forward, bwd = rtol.backward;
     INFO(label << ", " << to_string(dtype_of<T>()));
 
-    DeviceProblem<T> p(v, c, ctx);
-    const reference::VariantResult got = p.train(before, false);
+    DeviceProblem<T> p(c, ctx);
+    const VariantScratch scratch(v, c, dtype_of<T>());
+    auto train = [&](bool split) {
+        return p.train(v, c.in.lengths, scratch.buffers(), split, before);
+    };
+    const reference::VariantResult got = train(false);
     check_close_to_reference(got, ref, ref_grads, accumulated<T>(ref_grads.dparams, before), rtol);
 
     // The same call again: same shape, lengths and pointers, so a variant that captured a graph
     // replays it now. Same work in the same order: the same bits.
-    const reference::VariantResult again = p.train(before, false);
-    CHECK(again.y == got.y);
-    CHECK(again.hn == got.hn);
-    CHECK(again.cn == got.cn);
-    CHECK(again.dx == got.dx);
-    CHECK(again.dh0 == got.dh0);
-    CHECK(again.dc0 == got.dc0);
-    CHECK(again.dparams == got.dparams);
+    check_same_bits(train(false), got, true);
 
     // Inference computes the same forward without a reserve (a vendor library may pick other
     // kernels for it, so compare under the forward tolerance, not bit for bit).
-    const reference::VariantResult inference = p.infer();
+    const reference::VariantResult inference = p.infer(v, c.in.lengths, scratch.buffers());
     LSTM_CHECK_CLOSE(compare_scaled("inference y vs training y", inference.y, got.y, fwd));
     LSTM_CHECK_CLOSE(compare_scaled("inference hn vs training hn", inference.hn, got.hn, fwd));
     LSTM_CHECK_CLOSE(compare_scaled("inference cn vs training cn", inference.cn, got.cn, fwd));
 
     if (!v.supports_split_backward()) {
-        const reference::VariantResult split = p.train(before, true);
+        const reference::VariantResult split = train(true);
         LSTM_CHECK_CLOSE(compare_scaled("split dx vs all", split.dx, got.dx, bwd));
         LSTM_CHECK_CLOSE(compare_scaled("split dh0 vs all", split.dh0, got.dh0, bwd));
         LSTM_CHECK_CLOSE(compare_scaled("split dc0 vs all", split.dc0, got.dc0, bwd));
@@ -223,63 +82,67 @@ void check_variant_on_device(const Variant& v, const LstmCase& c, const referenc
     }
 }
 
-}  // namespace
-
-TEST_CASE("gpu: every CUDA variant matches the reference", "[gpu][variants]") {
-    const std::vector<const Variant*> on_gpu = variants_on(Device::cuda);
-    REQUIRE_FALSE(on_gpu.empty());
+// One variant in one precision on one shape, with only the reference that variant needs: a
+// variant that refuses variable lengths runs (and is compared) with every length equal to T.
+void variant_matches_reference(const Variant& v, DType dt, const Shape& s, uint64_t seed) {
+    LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
+    if (detail::has_variable_lengths(Span<const int64_t>(c.in.lengths), c.in.seq_len) &&
+        v.supports_variable_lengths().has_value())
+        c.in.lengths.clear();
+    const auto ref = reference::lstm_forward(c.in);
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
     cuda::Context ctx;
-    uint64_t seed = 3000;
-    for (const Shape& s : shape_list()) {
-        const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
-        LstmCase equalized = c;
-        equalized.in.lengths.clear();
-        const bool variable =
-            detail::has_variable_lengths(Span<const int64_t>(c.in.lengths), c.in.seq_len);
-        // The reference, computed once per case (and once more for equalized lengths if needed).
-        const auto ref = reference::lstm_forward(c.in);
-        const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
-        bool need_equalized = false;
-        for (const Variant* v : on_gpu)
-            need_equalized |= variable && v->supports_variable_lengths().has_value();
-        reference::LstmOutputs ref_eq;
-        reference::LstmInputGrads ref_eq_grads;
-        if (need_equalized) {
-            ref_eq = reference::lstm_forward(equalized.in);
-            ref_eq_grads = reference::lstm_backward(equalized.in, equalized.out_grads);
-        }
-        for (const Variant* v : on_gpu) {
-            const bool refuses = variable && v->supports_variable_lengths().has_value();
-            const LstmCase& used = refuses ? equalized : c;
-            const std::string label = std::string("variant ") + v->name() + ", case: " + s.name;
-            for (DType dt : {DType::f32, DType::f64}) {
-                if (v->supports(s.config, dt)) continue;
-                if (dt == DType::f32)
-                    check_variant_on_device<float>(*v, used, refuses ? ref_eq : ref,
-                                                   refuses ? ref_eq_grads : ref_grads, seed, ctx,
-                                                   label);
-                else
-                    check_variant_on_device<double>(*v, used, refuses ? ref_eq : ref,
-                                                    refuses ? ref_eq_grads : ref_grads, seed, ctx,
-                                                    label);
-            }
-        }
-        seed += 10;
-    }
+    const std::string label = std::string("variant ") + v.name() + ", case: " + s.name;
+    if (dt == DType::f32)
+        check_variant_on_device<float>(v, c, ref, ref_grads, seed, ctx, label);
+    else
+        check_variant_on_device<double>(v, c, ref, ref_grads, seed, ctx, label);
 }
 
-TEST_CASE("gpu: a CUDA variant called without a context says so", "[gpu][variants]") {
-    const LstmCase c = make_case({3, 5, 1, false}, 4, 2, {}, false, 11);
+void context_is_required(const Variant& v) {
+    const LstmCase c = make_case(Config{3, 5, 1, false}, 4, 2, {}, false, 11);
     cuda::Context ctx;
+    DeviceProblem<float> p(c, ctx);
+    const VariantScratch scratch(v, c, DType::f32);
+    ForwardArgs<float> f = p.forward_args(c.in.lengths, scratch.buffers(), true);
+    f.context = nullptr;
+    REQUIRE_THROWS_WITH(v.forward(c.in.config, f), Catch::Contains("context must be"));
+    BackwardArgs<float> b = p.backward_args(c.in.lengths, scratch.buffers(), BackwardPart::all);
+    b.context = nullptr;
+    REQUIRE_THROWS_WITH(v.backward(c.in.config, b), Catch::Contains("context must be"));
+}
+
+// Cases named "gpu: variant <name> <dtype> matches the reference: <shape>"; Braun's shapes are
+// tagged [big] (their reference takes seconds), the first small shape in f32 [memcheck] (the
+// case compute-sanitizer runs per variant).
+const CaseGenerator generate_variant_cases{[] {
+    const std::vector<Shape> shapes = shape_list();
+    const size_t small = small_shapes().size();
     for (const Variant* v : variants_on(Device::cuda)) {
-        if (v->supports(c.in.config, DType::f32)) continue;
-        INFO("variant " << v->name());
-        DeviceProblem<float> p(*v, c, ctx);
-        ForwardArgs<float> f = p.forward_args(true);
-        f.context = nullptr;
-        REQUIRE_THROWS_WITH(v->forward(c.in.config, f), Catch::Contains("context must be"));
-        BackwardArgs<float> b = p.backward_args(BackwardPart::all);
-        b.context = nullptr;
-        REQUIRE_THROWS_WITH(v->backward(c.in.config, b), Catch::Contains("context must be"));
+        for (size_t k = 0; k < shapes.size(); ++k) {
+            const Shape& s = shapes[k];
+            const uint64_t seed = 3000 + 10 * k;
+            for (DType dt : {DType::f32, DType::f64}) {
+                if (v->supports(s.config, dt)) continue;
+                std::string tags = std::string("[gpu][variants][") + v->name() + "]";
+                if (k >= small) tags += "[big]";
+                if (k == 0 && dt == DType::f32) tags += "[memcheck]";
+                add_case(CATCH_INTERNAL_LINEINFO,
+                         std::string("gpu: variant ") + v->name() + " " + dtype_name(dt) +
+                             " matches the reference: " + case_name_part(s.name),
+                         tags, [v, dt, s, seed] { variant_matches_reference(*v, dt, s, seed); });
+            }
+        }
+        if (!v->supports(Config{3, 5, 1, false}, DType::f32))
+            add_case(CATCH_INTERNAL_LINEINFO,
+                     std::string("gpu: variant ") + v->name() + " called without a context says so",
+                     std::string("[gpu][variants][") + v->name() + "]",
+                     [v] { context_is_required(*v); });
     }
+}};
+
+}  // namespace
+
+TEST_CASE("gpu: the registry has CUDA variants", "[gpu][variants]") {
+    REQUIRE_FALSE(variants_on(Device::cuda).empty());
 }

@@ -250,13 +250,7 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     DeviceBuffer dparams_d(dev, params_d.size(), ctx);
     dparams_d.zero();  // backward accumulates into it
 
-    BackwardArgs<T> b;
-    b.x = f.x;
-    b.lengths = f.lengths;
-    b.h0 = f.h0;
-    b.c0 = f.c0;
-    b.params = f.params;
-    b.y = f.y;
+    BackwardArgs<T> b = backward_args_from(f);
     b.dy = detail::view3<T>(dy_d, seq_len, batch, config.output_size());
     b.dhn = detail::view3<T>(dhn_d, cells, batch, hs);
     b.dcn = detail::view3<T>(dcn_d, cells, batch, hidden);
@@ -264,11 +258,6 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     b.dh0 = detail::view3_mut<T>(dh0_d, cells, batch, hs);
     b.dc0 = detail::view3_mut<T>(dc0_d, cells, batch, hidden);
     b.dparams = TensorView<T>(dparams_d.as<T>(), {param_count(config)}, dev);
-    b.workspace = workspace_d.data();
-    b.workspace_size = workspace_d.size();
-    b.reserve = reserve_d.data();
-    b.reserve_size = reserve_d.size();
-    b.context = ctx;
     variant.backward(config, b);
 
     out.add(io::Tensor::from("dx", x_t.shape, dx_d.download<T>()));

@@ -38,9 +38,14 @@ struct Context::Impl {
 #if LSTM_WITH_CUDNN
     cudnnHandle_t cudnn = nullptr;
 #endif
+    // Context::graphs_enabled(): whether `fused` may capture and replay CUDA graphs.
+    bool graphs = true;
 
+    // Creates everything above; on a failure part-way releases what it had created and rethrows.
     explicit Impl(int device_index);
     ~Impl();
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
 
     // Side stream i (created on first use), for work independent of the main stream: the
     // wavefront of layers and directions. Callers order it with events from event().
@@ -60,6 +65,11 @@ struct Context::Impl {
     std::vector<cudaStream_t> side_streams;
     std::vector<cudaEvent_t> events;
     std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+
+private:
+    // Releases whatever exists (null members are skipped) on the context's device: the
+    // destructor's work, and the constructor's cleanup when a later step throws.
+    void release() noexcept;
 };
 
 // The handles of a context, on the device the context is bound to.
