@@ -158,7 +158,12 @@ if [ -d "$deps/usr" ]; then
 else
     echo "no $deps (scripts/gpu-deps.sh makes it): relying on packages installed here"
 fi
-timeout 60 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# Ninja when it is there (pip's ninja package provides it on images without the Debian one).
+generator="Unix Makefiles"
+command -v ninja > /dev/null 2>&1 && generator=Ninja
+[ -f "$build/CMakeCache.txt" ] && generator="$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' \
+    "$build/CMakeCache.txt")"
+timeout 60 cmake -S "$root" -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release \
     -DLSTM_CUDA=ON -DLSTM_CUDNN=ON "-DCUDNN_ROOT=$cudnn_root" -DLSTM_ONEDNN=OFF \
     -DLSTM_BUILD_TESTS=ON -DLSTM_BUILD_BENCH=ON -DLSTM_BUILD_EXAMPLES=OFF \
     "-DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-90}" "${prefix_args[@]}" \
