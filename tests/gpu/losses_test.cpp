@@ -422,24 +422,37 @@ TEST_CASE("gpu: ctc cudnn agrees with the own kernel on the Braun CTC shape with
           "[gpu][loss][ctc][cudnn]") {
 #if LSTM_WITH_CUDNN
     lstm::cuda::Context ctx;
-    // Every input length = T, blank 0, logits, float: the automatic choice is cuDNN.
+    // Every input length = T, blank 0, logits, float: what cuDNN takes.
     const CtcCase c = braun_ctc(true);
     const CtcResult<float> own = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own);
     const CtcResult<float> cudnn = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::cudnn);
     const CtcResult<float> automatic = run_ctc<float>(&ctx, Device::cuda, c);
     const CtcResult<float> cpu = run_ctc<float>(nullptr, Device::cpu, c);
     check_ctc_close(own, cpu, 2e-6);
-    // cuDNN computes alpha/beta in float: looser. Printed worst mismatches show how far it is.
-    check_ctc_close(cudnn, own, 1e-3);
-    CHECK(bit_identical(automatic.grad, cudnn.grad));
+    // cuDNN computes alpha/beta in float. On an H200 with cuDNN 9.19 its gradient was up to
+    // 2.0e-3 of the largest element away (one sample's blank column in its first 50 frames, all
+    // about 0.4% small); the bound leaves room for other cuDNN versions, and a wrong argument
+    // would still miss it by orders of magnitude. The printed worst elements show the distance.
+    check_ctc_close(cudnn, own, 5e-3);
+    // automatic is the own kernel (lstm/loss/ctc_cuda.hpp says why).
+    CHECK(bit_identical(automatic.grad, own.grad));
     // Deterministic algorithm: bit-identical again.
     const CtcResult<float> again = run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::cudnn);
     CHECK(bit_identical(again.grad, cudnn.grad));
     CHECK(bit_identical(again.losses, cudnn.losses));
+    // Informational only: best of 5 warm calls each (host clock around the call, which waits;
+    // includes the upload of the labels and the download of the losses).
+    double best_own = 1e9, best_cudnn = 1e9;
+    for (int i = 0; i < 5; ++i) {
+        best_own =
+            std::min(best_own, run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::own).seconds);
+        best_cudnn =
+            std::min(best_cudnn, run_ctc<float>(&ctx, Device::cuda, c, CtcBackend::cudnn).seconds);
+    }
     std::printf(
-        "gpu ctc (cuDNN), Braun's shape with equal lengths: %.3f ms per call (host "
-        "clock); own kernel %.3f ms\n",
-        cudnn.seconds * 1e3, own.seconds * 1e3);
+        "gpu ctc, Braun's shape with equal lengths, forward + gradient, best of 5 warm calls "
+        "(host clock): own kernel %.3f ms, cuDNN %.3f ms\n",
+        best_own * 1e3, best_cudnn * 1e3);
     // Where cuDNN does not apply, forcing it names the reason.
     CtcCase varied = braun_ctc(false);
     CHECK_THROWS_WITH(run_ctc<float>(&ctx, Device::cuda, varied, CtcBackend::cudnn),
@@ -461,7 +474,7 @@ TEST_CASE("gpu: ctc cudnn agrees with the own kernel on a small case",
     const CtcResult<float> automatic = run_ctc<float>(&ctx, Device::cuda, c);
     check_ctc_close(own, run_ctc<float>(nullptr, Device::cpu, c), 2e-6);
     check_ctc_close(cudnn, own, 1e-3);
-    CHECK(bit_identical(automatic.grad, cudnn.grad));
+    CHECK(bit_identical(automatic.grad, own.grad));
 }
 #endif
 

@@ -89,12 +89,16 @@ void optimizer_kernels_match(bool adam, const nn::SgdOptions& sgd_options) {
             host_sgd.step();
             dev_sgd.step();
         }
-        // The bodies are shared; only FMA contraction on the device may move the last bit of the
-        // update, which is far below one ulp of the parameter.
+        // The bodies are shared; only FMA contraction (on the device, and on the host where the
+        // compiler contracts) may move the last bit of an intermediate. That bit is one of the
+        // operands, |p| and lr * |d| up to about 1, not of the result: where SGD's p - lr * d
+        // cancels to a small parameter, its last digits differ (seen on an H200: 2.7e-8 apart in
+        // float at 3.5e-4). Hence the reference rule's absolute part, rtol * max |p|.
         const double rtol = std::is_same_v<T, float> ? 2.5e-7 : 1e-15;
         const std::vector<T> got = p_dev.download<T>(n, &ctx);
         INFO((adam ? "Adam" : "SGD") << " step " << step << ", " << to_string(dtype_of<T>()));
-        LSTM_CHECK_CLOSE(test::compare("params", got, p, rtol * 1e-2, rtol));
+        LSTM_CHECK_CLOSE(
+            test::compare("params", got, p, rtol * reference::max_abs(widen(p)), rtol));
     }
 }
 

@@ -51,7 +51,7 @@ options:
   --device DEV         cpu (default) or cuda
   --backend B          with --device cuda: own (default: this library's kernel, double
                        alpha/beta like the cpu), cudnn (cuDNN's CTC, float; an error where it
-                       does not apply) or automatic (cuDNN where it applies, as ctc_loss picks)
+                       does not apply) or automatic (what ctc_loss picks: own)
   --help               this text
 )";
 }
