@@ -160,7 +160,7 @@ void register_braun_cases(const BenchFlags& flags) {
     for (const BraunScenario& s : braun_scenarios()) {
         for (const Variant* v : variants()) {
             for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
-                const BraunCase c{&s, v, threads, flags.warmup_steps};
+                const BraunCase c{&s, v, threads, warmup_repeats(flags, v->device())};
                 // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
                 // misses the workers. It also makes GFLOP/s divide by wall time. GPU cases: the
                 // CUDA events of StepTimer (manual time).

@@ -329,7 +329,7 @@ void register_deepbench_cases(const BenchFlags& flags) {
             for (Pass pass : {Pass::fwd, Pass::bwd_data, Pass::bwd_weights})
                 for (const Variant* v : variants_on(device))
                     for (int k : thread_counts) {
-                        const DeepBenchCase c{s, pass, v, k, flags.warmup_steps};
+                        const DeepBenchCase c{s, pass, v, k, warmup_repeats(flags, device)};
                         benchmark::RegisterBenchmark(
                             case_name(c).c_str(),
                             [c](benchmark::State& state) { run_case(state, c); })

@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "lstm/tensor.hpp"
+
 namespace lstm::bench {
 
 struct BenchFlags {
@@ -21,6 +23,15 @@ struct BenchFlags {
     // started after the peak measurement.
     int busy_processes = 0;
 };
+
+// Untimed warm-up repeats for a case on `device`: --lstm_warmup_steps, plus one on CUDA. There a
+// call that repeats the previous one is captured into a graph and only later repeats replay it
+// (lstm/variants/cuda_fused.hpp), so with one warm-up step the first timed step is the capture:
+// a Braun GPU case timed for a single step (the long ones) timed the capture, up to 3.2x a
+// replayed step on an H200.
+inline int warmup_repeats(const BenchFlags& flags, Device device) {
+    return flags.warmup_steps + (device == Device::cuda ? 1 : 0);
+}
 
 // Consumes every --lstm_* argument of argv (shifting the rest down and updating *argc); throws
 // std::invalid_argument naming the flag when one is unknown or malformed.
