@@ -309,7 +309,8 @@ TEMPLATE_TEST_CASE("ctc_loss stays exact and finite on extreme logits", "[ctc]",
     using T = simd_element_t<TestType>;
     LSTM_ON_SIMD_LEVEL(TestType);
     // Logits of +-100 and +-1e4: log-probs of -2e4 per frame, where a probability-space recursion
-    // underflows. The double reference is exact in log space, so the kernel must agree with it.
+    // underflows (the float kernel's scaled passes then hand the sample to its log-space passes).
+    // The double reference is exact in log space, so the kernel must agree with it.
     for (const double scale : {100.0, 1e4}) {
         INFO("scale " << scale);
         CtcReferenceCase c = random_case(12, {12, 9, 6}, {4, 3, 3}, 5, 0, 77, 1.0);

@@ -13,12 +13,16 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/ctc_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#if HWY_ARCH_X86
+#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr (FlushDenormals)
+#endif
 
 #include "kernels/cpu/ctc_simd.hpp"
 
@@ -76,15 +80,16 @@ inline Window window(int64_t t, int64_t frames, int64_t labels) {
     return w;
 }
 
-// Sets a state row to -inf outside the window, sentinels and slack included; the window itself
-// is left for the recursion to overwrite. Slack holds -inf too, so that the lanes a vector reads
-// past the window are defined (never NaN, never denormal) even though their results are dropped.
-inline void clear_outside(double* row, int64_t labels, const Window& w) {
+// Sets a state row to `none` (-inf for log values, 0 for the scaled linear ones) outside the
+// window, sentinels and slack included; the window itself is left for the recursion to
+// overwrite. Slack holds `none` too, so that the lanes a vector reads past the window are
+// defined (never NaN, never denormal) even though their results are dropped.
+inline void clear_outside(double* row, int64_t labels, const Window& w, double none = kNegInf) {
     double* lab = row + label_offset(labels);
-    std::fill(row, row + w.blank_lo, kNegInf);
-    std::fill(row + w.blank_hi, row + blank_capacity(labels), kNegInf);
-    std::fill(lab - 1, lab + w.label_lo, kNegInf);
-    std::fill(lab + w.label_hi, lab + label_capacity(labels), kNegInf);
+    std::fill(row, row + w.blank_lo, none);
+    std::fill(row + w.blank_hi, row + blank_capacity(labels), none);
+    std::fill(lab - 1, lab + w.label_lo, none);
+    std::fill(lab + w.label_hi, lab + label_capacity(labels), none);
 }
 
 // Sum of v[0..count) in a fixed order that does not depend on the thread or the target: eight
@@ -314,39 +319,62 @@ double Poisoned(T* grad, const CtcSampleDims& dims) {
     return nan;
 }
 
+// Frame t's gradient row from the class posteriors `post` (their sum times post_scale is 1):
+// d/dlogits = scale (softmax - posterior), d/dlog_probs = -scale posterior.
 template <typename T>
-double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
-              const CtcScratch& ws) {
+HWY_INLINE void GradientRow(const T* input, T* out, const CtcSampleDims& dims, const CtcScratch& ws,
+                            int64_t t, double post_scale) {
+    const int64_t classes = dims.classes;
+    const double* post = ws.posterior;
+    if (dims.logits) {
+        LoadFrame(input + t * dims.stride, classes, false, ws.frame, ws.work);
+        const double max = ws.log_norm[2 * t], log_sum = ws.log_norm[2 * t + 1];
+        const double* x = ws.frame;
+        ForEachLane(classes, [&](auto dd, int64_t c) {
+            const auto shifted = hn::Sub(hn::LoadU(dd, x + c), hn::Set(dd, max));
+            const auto softmax = ExpNonpositive(dd, hn::Sub(shifted, hn::Set(dd, log_sum)));
+            const auto p = hn::Mul(hn::LoadU(dd, post + c), hn::Set(dd, post_scale));
+            StoreFromDouble(dd, hn::Mul(hn::Set(dd, dims.scale), hn::Sub(softmax, p)), out + c);
+        });
+    } else {
+        const double factor = -dims.scale * post_scale;
+        ForEachLane(classes, [&](auto dd, int64_t c) {
+            StoreFromDouble(dd, hn::Mul(hn::Set(dd, factor), hn::LoadU(dd, post + c)), out + c);
+        });
+    }
+}
+
+// Adds frame t's state occupations g (label states at g[k], k in the window) and the blanks'
+// total to the class posteriors, and takes them back out after the row is written.
+HWY_INLINE void AddPosteriors(double* post, const int64_t* labels, const layout::Window& w,
+                              const double* g, int64_t blank, double blank_total) {
+    for (int64_t k = w.label_lo; k < w.label_hi; ++k) post[labels[k]] += g[k];
+    post[blank] += blank_total;
+}
+HWY_INLINE void ClearPosteriors(double* post, const int64_t* labels, const layout::Window& w,
+                                int64_t blank) {
+    post[blank] = 0.0;
+    for (int64_t k = w.label_lo; k < w.label_hi; ++k) post[labels[k]] = 0.0;
+}
+
+// Exact zeros on the padded frames (and on every frame of a sample without an alignment).
+template <typename T>
+void ZeroFrames(T* grad, const CtcSampleDims& dims, int64_t from) {
+    for (int64_t t = from; t < dims.max_time; ++t)
+        std::fill(grad + t * dims.stride, grad + t * dims.stride + dims.classes, T(0));
+}
+
+// The log-space passes: alpha, loss, beta and the gradient, from the log emissions in ws.emit.
+// Exact for every input (no scaling can underflow), at one exp and one log1p per log-add.
+template <typename T>
+double LogPasses(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
+                 const CtcScratch& ws) {
     using layout::kNegInf;
     const Df d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
-    const int64_t frames = dims.frames, count = dims.labels, classes = dims.classes;
-    const int64_t stride = dims.stride;
+    const int64_t frames = dims.frames, count = dims.labels;
     const int64_t row = layout::state_row(count), lab = layout::label_offset(count);
     const int64_t erow = layout::emit_row(count);
-
-    for (int64_t k = 0; k <= count; ++k)
-        ws.skip[k] = k >= 1 && k < count && labels[k] != labels[k - 1] ? 0.0 : kNegInf;
-    std::fill(ws.skip + count + 1, ws.skip + count + 1 + layout::kSlack, kNegInf);
-    std::fill(ws.frame + classes, ws.frame + classes + layout::kSlack, kNegInf);
-
-    // Emissions: log-probs of the blank and of each label, per frame, in double.
-    constexpr int64_t kAhead = 8;  // frames; the loop body is short, so look further ahead
-    for (int64_t t = 0; t < std::min(kAhead, frames); ++t)
-        layout::prefetch_row(input + t * stride, classes, false);
-    for (int64_t t = 0; t < frames; ++t) {
-        if (t + kAhead < frames)
-            layout::prefetch_row(input + (t + kAhead) * stride, classes, false);
-        const Norm norm = LoadFrame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
-        if (!BelowInf(ws.frame, classes) || !(norm.max > kNegInf)) return Poisoned(grad, dims);
-        double* e = ws.emit + t * erow;
-        ws.log_norm[2 * t] = norm.max;
-        ws.log_norm[2 * t + 1] = norm.log_sum;
-        e[0] = (ws.frame[dims.blank] - norm.max) - norm.log_sum;
-        for (int64_t k = 0; k < count; ++k)
-            e[1 + k] = (ws.frame[labels[k]] - norm.max) - norm.log_sum;
-        std::fill(e + 1 + count, e + erow, 0.0);
-    }
 
     // alpha_t(s): log probability of all prefixes of frames 0..t that end in state s.
     {
@@ -393,8 +421,7 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
     if (!grad) return loss;
 
     const bool dead = !(loglik > kNegInf);  // no alignment: zero gradient, never NaN
-    for (int64_t t = dead ? 0 : frames; t < dims.max_time; ++t)
-        std::fill(grad + t * stride, grad + t * stride + classes, T(0));
+    ZeroFrames(grad, dims, dead ? 0 : frames);
     if (dead) return loss;
 
     // beta_t(s): log probability of all suffixes over frames t+1.. given state s at frame t (the
@@ -406,7 +433,7 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
     beta_cur[count] = 0.0;
     if (count > 0) beta_cur[lab + count - 1] = 0.0;
     std::fill(ws.next, ws.next + row, kNegInf);
-    std::fill(ws.posterior, ws.posterior + classes, 0.0);
+    std::fill(ws.posterior, ws.posterior + dims.classes, 0.0);
     const auto vloglik = hn::Set(d, loglik);
 
     for (int64_t t = frames - 1; t >= 0; --t) {
@@ -446,8 +473,9 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
             }
         }
         if (t >= 2) {
-            layout::prefetch_row(grad + (t - 2) * stride, classes, true);
-            if (dims.logits) layout::prefetch_row(input + (t - 2) * stride, classes, false);
+            layout::prefetch_row(grad + (t - 2) * dims.stride, dims.classes, true);
+            if (dims.logits)
+                layout::prefetch_row(input + (t - 2) * dims.stride, dims.classes, false);
         }
         // Occupation probabilities of frame t, summed per class in a fixed order.
         const double* HWY_RESTRICT ab = ws.alpha + t * row;
@@ -464,33 +492,278 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
             const auto sum = hn::Add(hn::LoadU(d, al + k), hn::LoadU(d, bl + k));
             hn::StoreU(ExpNonpositive(d, hn::Sub(sum, vloglik)), d, g + k);
         }
-        double* post = ws.posterior;
-        for (int64_t k = w.label_lo; k < w.label_hi; ++k) post[labels[k]] += g[k];
-        post[dims.blank] += blank_post;
-
-        T* out = grad + t * stride;
-        if (dims.logits) {
-            // d/dlogits = softmax - posterior.
-            LoadFrame(input + t * stride, classes, false, ws.frame, ws.work);
-            const double max = ws.log_norm[2 * t], log_sum = ws.log_norm[2 * t + 1];
-            const double* x = ws.frame;
-            ForEachLane(classes, [&](auto dd, int64_t c) {
-                const auto shifted = hn::Sub(hn::LoadU(dd, x + c), hn::Set(dd, max));
-                const auto softmax = ExpNonpositive(dd, hn::Sub(shifted, hn::Set(dd, log_sum)));
-                const auto diff = hn::Sub(softmax, hn::LoadU(dd, post + c));
-                StoreFromDouble(dd, hn::Mul(hn::Set(dd, dims.scale), diff), out + c);
-            });
-        } else {
-            // d/dlog_probs = -posterior (the log-probs are independent inputs here).
-            ForEachLane(classes, [&](auto dd, int64_t c) {
-                StoreFromDouble(dd, hn::Mul(hn::Set(dd, -dims.scale), hn::LoadU(dd, post + c)),
-                                out + c);
-            });
-        }
-        post[dims.blank] = 0.0;
-        for (int64_t k = w.label_lo; k < w.label_hi; ++k) post[labels[k]] = 0.0;
+        AddPosteriors(ws.posterior, labels, w, g, dims.blank, blank_post);
+        GradientRow(input, grad + t * dims.stride, dims, ws, t, 1.0);
+        ClearPosteriors(ws.posterior, labels, w, dims.blank);
     }
     return loss;
+}
+
+// A positive scale kept as mantissa and binary exponent, so that products of thousands of
+// per-frame sums neither underflow nor cost a log each.
+struct Scale {
+    double mantissa = 0.5;  // in [0.5, 1)
+    int64_t exponent = 1;   // value = mantissa * 2^exponent; starts at 1
+    void times(double factor) {
+        int e = 0;
+        mantissa = std::frexp(mantissa * factor, &e);
+        exponent += e;
+    }
+    double log() const { return std::log(mantissa) + static_cast<double>(exponent) * kLn2; }
+    static constexpr double kLn2 = 0.69314718055994530942;
+};
+
+// A frame whose states sum to less than this (relative to the previous frame's sum) has lost
+// almost all of its mass: the scaled passes stop and the log-space passes run instead.
+constexpr double kMinFrameSum = 0x1p-700;
+// The occupation check: every frame's occupations must add up to the likelihood. Rounding
+// drifts by about T * 1e-16; mass lost to underflow (states far below their frame's sum, which
+// FlushDenormals turns into zeros) beyond this tolerance sends the sample to the log-space
+// passes. Only float results take this path, whose own rounding is 6e-8.
+constexpr double kOccupationTolerance = 1e-9;
+// alpha and beta are each scaled to a row sum near 1, but where they put their mass on different
+// states their products can be tiny: at T = 5000 with peaky logits a frame's occupations added
+// up to 1e-315, a denormal with few digits left. The products are formed times 2^600 instead
+// (no overflow: each factor is below 4), which leaves them normal down to 1e-488.
+constexpr int kOccupationBoostExponent = 600;
+
+// Denormals flushed to zero (x86: MXCSR's FTZ and DAZ bits) while the scaled recursions run:
+// x86 cores take a microcode assist of about a hundred cycles on every denormal result, and states
+// far below their frame's sum produce them (small emissions times small alphas); their mass is
+// negligible or the occupation check catches it. The caller's mode comes back for each gradient
+// row (pause) and at the end, so float outputs keep their denormals as in the log-space passes.
+class FlushDenormals {
+public:
+#if HWY_ARCH_X86
+    FlushDenormals() : saved_(_mm_getcsr()) { resume(); }
+    ~FlushDenormals() { pause(); }
+    void pause() const { _mm_setcsr(saved_); }
+    void resume() const { _mm_setcsr(saved_ | kFtzDaz); }
+
+private:
+    static constexpr unsigned kFtzDaz = 0x8040;  // flush-to-zero (bit 15), denormals-are-zero (6)
+    unsigned saved_;
+#else
+    void pause() const {}
+    void resume() const {}
+#endif
+};
+
+// Sum of a state row (blank and label arrays with their slack, all zero outside the window).
+HWY_INLINE double RowSum(const double* row, int64_t count) {
+    const Df d;
+    const auto lanes = static_cast<int64_t>(hn::Lanes(d));
+    const double* lab = row + layout::label_offset(count);
+    auto acc = hn::Zero(d);
+    for (int64_t k = 0; k <= count; k += lanes) acc = hn::Add(acc, hn::LoadU(d, row + k));
+    for (int64_t k = 0; k < count; k += lanes) acc = hn::Add(acc, hn::LoadU(d, lab + k));
+    return hn::GetLane(hn::SumOfLanes(d, acc));
+}
+
+// The same passes on probabilities instead of their logs, rescaled every frame (Rabiner's
+// scaling): a state costs a few multiply-adds instead of two log-adds. Used for float results
+// from logits with at least one label, with a gradient (grad set). Returns false, having written
+// nothing that the log-space passes would not overwrite, when a frame's mass underflows or the
+// occupations of a frame do not add up to the likelihood; the caller then runs LogPasses.
+// ws.emit_lin holds the emissions as probabilities; ws.scales gets alpha's scale per frame.
+template <typename T>
+bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
+                  const CtcScratch& ws, double* loss_out) {
+    const Df d;
+    const auto lanes = static_cast<int64_t>(hn::Lanes(d));
+    const int64_t frames = dims.frames, count = dims.labels;
+    const int64_t row = layout::state_row(count), lab = layout::label_offset(count);
+    const int64_t erow = layout::emit_row(count);
+    const auto zero = hn::Zero(d);
+    const FlushDenormals flush;
+
+    // alpha_t = A_t * K_t with K_t the product of the sums of the scaled rows before t.
+    Scale k_scale;
+    {
+        const layout::Window w = layout::window(0, frames, count);
+        double* a = ws.alpha;
+        layout::clear_outside(a, count, w, 0.0);
+        if (w.blank_lo == 0 && w.blank_hi > 0) a[0] = ws.emit_lin[0];
+        if (w.label_lo == 0 && w.label_hi > 0) a[lab] = ws.emit_lin[1];
+    }
+    ws.scales[0] = k_scale.mantissa;
+    ws.scales[1] = static_cast<double>(k_scale.exponent);
+    double sum = RowSum(ws.alpha, count);
+    for (int64_t t = 1; t < frames; ++t) {
+        if (!(sum >= kMinFrameSum) || !(sum < 1e300)) return false;
+        k_scale.times(sum);
+        ws.scales[2 * t] = k_scale.mantissa;
+        ws.scales[2 * t + 1] = static_cast<double>(k_scale.exponent);
+        const double inv = 1.0 / sum;
+        const layout::Window w = layout::window(t, frames, count);
+        const double* HWY_RESTRICT prev_b = ws.alpha + (t - 1) * row;
+        const double* HWY_RESTRICT prev_l = prev_b + lab;
+        double* HWY_RESTRICT cur_b = ws.alpha + t * row;
+        double* HWY_RESTRICT cur_l = cur_b + lab;
+        const double* HWY_RESTRICT e = ws.emit_lin + t * erow;
+        const double* HWY_RESTRICT skip = ws.skip;
+        layout::clear_outside(cur_b, count, w, 0.0);
+        // As in LogPasses: u = blank k + label k - 1 feeds blank k, and label k takes label k
+        // plus u where label k - 1 may be skipped, else plus blank k.
+        const auto blank_p = hn::Set(d, e[0] * inv);
+        const auto vinv = hn::Set(d, inv);
+        for (int64_t k = w.label_lo; k < w.label_hi; k += lanes) {
+            const auto pb = hn::LoadU(d, prev_b + k);
+            const auto pl_below = hn::LoadU(d, prev_l + k - 1);
+            const auto u = hn::Add(pb, pl_below);
+            const auto can_skip = hn::Eq(hn::LoadU(d, skip + k), zero);
+            const auto from_below = hn::IfThenElse(can_skip, u, pb);
+            const auto label_p = hn::Mul(hn::LoadU(d, e + 1 + k), vinv);
+            const auto label = hn::Mul(label_p, hn::Add(hn::LoadU(d, prev_l + k), from_below));
+            StoreFirst(d, hn::Mul(blank_p, u), w.label_hi - k, cur_b + k);
+            StoreFirst(d, label, w.label_hi - k, cur_l + k);
+        }
+        if (w.blank_hi > w.label_hi) {
+            const int64_t k = w.blank_hi - 1;
+            cur_b[k] = e[0] * inv * (prev_b[k] + prev_l[k - 1]);
+        }
+        // The loop may have written one blank just below the window (see LogPasses); the row
+        // sum must not count it.
+        if (w.blank_lo > 0) cur_b[w.blank_lo - 1] = 0.0;
+        sum = RowSum(cur_b, count);
+    }
+    const double* last = ws.alpha + (frames - 1) * row;
+    const double final_sum = last[count] + last[lab + count - 1];
+    if (!(final_sum >= kMinFrameSum)) return false;
+    Scale likelihood = k_scale;
+    likelihood.times(final_sum);
+    const double loss = -likelihood.log();
+
+    // beta_t = B_t * Kb_t with Kb_t the product of the sums of the scaled rows after t. The
+    // occupation of state s at t is A_t(s) B_t(s) K_t Kb_t, and every frame's occupations add up
+    // to the likelihood K_{T-1} * final_sum: checked frame by frame.
+    Scale kb_scale;
+    double* beta_next = ws.beta;
+    double* beta_cur = ws.beta + row;
+    layout::clear_outside(beta_cur, count, layout::window(frames - 1, frames, count), 0.0);
+    beta_cur[count] = 1.0;
+    beta_cur[lab + count - 1] = 1.0;
+    std::fill(ws.next, ws.next + row, 0.0);
+    std::fill(ws.posterior, ws.posterior + dims.classes, 0.0);
+    for (int64_t t = frames - 1; t >= 0; --t) {
+        const layout::Window w = layout::window(t, frames, count);
+        if (t < frames - 1) {
+            const double next_sum = RowSum(beta_cur, count);
+            if (!(next_sum >= kMinFrameSum) || !(next_sum < 1e300)) return false;
+            kb_scale.times(next_sum);
+            const double inv = 1.0 / next_sum;
+            std::swap(beta_next, beta_cur);
+            const double* HWY_RESTRICT e = ws.emit_lin + (t + 1) * erow;
+            const double* HWY_RESTRICT nb = beta_next;
+            const double* HWY_RESTRICT nl = beta_next + lab;
+            double* HWY_RESTRICT xb = ws.next;
+            double* HWY_RESTRICT xl = ws.next + lab;
+            double* HWY_RESTRICT cb = beta_cur;
+            double* HWY_RESTRICT cl = beta_cur + lab;
+            const double* HWY_RESTRICT skip = ws.skip;
+            const auto blank_p = hn::Set(d, e[0] * inv);
+            const auto vinv = hn::Set(d, inv);
+            for (int64_t k = 0; k <= count; k += lanes)
+                hn::StoreU(hn::Mul(blank_p, hn::LoadU(d, nb + k)), d, xb + k);
+            for (int64_t k = 0; k < count; k += lanes)
+                hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, e + 1 + k), vinv), hn::LoadU(d, nl + k)), d,
+                           xl + k);
+            xl[count] = 0.0;  // "label count" past the end
+            layout::clear_outside(cb, count, w, 0.0);
+            const int64_t blank_end = std::max(w.blank_hi, w.label_hi + 1);
+            for (int64_t k = w.blank_lo; k < blank_end; k += lanes)
+                StoreFirst(d, hn::Add(hn::LoadU(d, xb + k), hn::LoadU(d, xl + k)), blank_end - k,
+                           cb + k);
+            for (int64_t k = w.label_lo; k < w.label_hi; k += lanes) {
+                const auto can_skip = hn::Eq(hn::LoadU(d, skip + k + 1), zero);
+                const auto to_above =
+                    hn::IfThenElse(can_skip, hn::LoadU(d, cb + k + 1), hn::LoadU(d, xb + k + 1));
+                StoreFirst(d, hn::Add(hn::LoadU(d, xl + k), to_above), w.label_hi - k, cl + k);
+            }
+            // The blank computed above the window (for the labels) is not part of this frame.
+            if (blank_end > w.blank_hi) cb[blank_end - 1] = 0.0;
+        }
+        if (t >= 2) {
+            layout::prefetch_row(grad + (t - 2) * dims.stride, dims.classes, true);
+            layout::prefetch_row(input + (t - 2) * dims.stride, dims.classes, false);
+        }
+        const double* HWY_RESTRICT ab = ws.alpha + t * row;
+        const double* HWY_RESTRICT al = ab + lab;
+        const double* HWY_RESTRICT bb = beta_cur;
+        const double* HWY_RESTRICT bl = beta_cur + lab;
+        double* HWY_RESTRICT g = ws.work;
+        const auto boost = hn::Set(d, std::ldexp(1.0, kOccupationBoostExponent));
+        for (int64_t k = w.blank_lo; k < w.blank_hi; k += lanes)
+            hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, ab + k), boost), hn::LoadU(d, bb + k)), d,
+                       g + k);
+        const double blank_occ = layout::fixed_order_sum(g + w.blank_lo, w.blank_hi - w.blank_lo);
+        for (int64_t k = w.label_lo; k < w.label_hi; k += lanes)
+            hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, al + k), boost), hn::LoadU(d, bl + k)), d,
+                       g + k);
+        const double occupation =
+            blank_occ + layout::fixed_order_sum(g + w.label_lo, w.label_hi - w.label_lo);
+        // occupation 2^-600 K_t Kb_t / likelihood must be 1.
+        const double ratio = std::ldexp(
+            occupation * (ws.scales[2 * t] * kb_scale.mantissa / likelihood.mantissa),
+            static_cast<int>(static_cast<int64_t>(ws.scales[2 * t + 1]) + kb_scale.exponent -
+                             likelihood.exponent - kOccupationBoostExponent));
+        if (!(std::abs(ratio - 1.0) <= kOccupationTolerance)) return false;
+        AddPosteriors(ws.posterior, labels, w, g, dims.blank, blank_occ);
+        flush.pause();
+        GradientRow(input, grad + t * dims.stride, dims, ws, t, 1.0 / occupation);
+        flush.resume();
+        ClearPosteriors(ws.posterior, labels, w, dims.blank);
+    }
+    ZeroFrames(grad, dims, frames);
+    *loss_out = loss;
+    return true;
+}
+
+template <typename T>
+double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
+              const CtcScratch& ws) {
+    using layout::kNegInf;
+    const Df d;
+    const auto lanes = static_cast<int64_t>(hn::Lanes(d));
+    const int64_t frames = dims.frames, count = dims.labels, classes = dims.classes;
+    const int64_t stride = dims.stride;
+    const int64_t erow = layout::emit_row(count);
+    // Float results from logits with a gradient take the scaled passes. Double results, log-probs
+    // (which may hold values above 0), empty targets and calls without a gradient take the
+    // log-space ones: without beta there is no occupation check to vouch for the loss.
+    const bool scaled = std::is_same_v<T, float> && dims.logits && count > 0 && grad != nullptr;
+
+    for (int64_t k = 0; k <= count; ++k)
+        ws.skip[k] = k >= 1 && k < count && labels[k] != labels[k - 1] ? 0.0 : kNegInf;
+    std::fill(ws.skip + count + 1, ws.skip + count + 1 + layout::kSlack, kNegInf);
+    std::fill(ws.frame + classes, ws.frame + classes + layout::kSlack, kNegInf);
+
+    // Emissions: log-probs of the blank and of each label, per frame, in double (and as
+    // probabilities for the scaled passes).
+    constexpr int64_t kAhead = 8;  // frames; the loop body is short, so look further ahead
+    for (int64_t t = 0; t < std::min(kAhead, frames); ++t)
+        layout::prefetch_row(input + t * stride, classes, false);
+    for (int64_t t = 0; t < frames; ++t) {
+        if (t + kAhead < frames)
+            layout::prefetch_row(input + (t + kAhead) * stride, classes, false);
+        const Norm norm = LoadFrame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
+        if (!BelowInf(ws.frame, classes) || !(norm.max > kNegInf)) return Poisoned(grad, dims);
+        double* e = ws.emit + t * erow;
+        ws.log_norm[2 * t] = norm.max;
+        ws.log_norm[2 * t + 1] = norm.log_sum;
+        e[0] = (ws.frame[dims.blank] - norm.max) - norm.log_sum;
+        for (int64_t k = 0; k < count; ++k)
+            e[1 + k] = (ws.frame[labels[k]] - norm.max) - norm.log_sum;
+        std::fill(e + 1 + count, e + erow, 0.0);
+        if (scaled)
+            for (int64_t k = 0; k < erow; k += lanes)
+                hn::StoreU(ExpNonpositive(d, hn::LoadU(d, e + k)), d, ws.emit_lin + t * erow + k);
+    }
+    if (scaled) {
+        double loss = 0;
+        if (ScaledPasses(input, grad, labels, dims, ws, &loss)) return loss;
+    }
+    return LogPasses(input, grad, labels, dims, ws);
 }
 
 double SampleF32(const float* input, float* grad, const int64_t* labels, const CtcSampleDims& dims,
@@ -528,6 +801,8 @@ size_t carve_ctc_scratch(void* base, int64_t max_time, int64_t classes, int64_t 
     CtcScratch s;
     s.alpha = take(max_time * cl::state_row(max_labels));
     s.emit = take(max_time * cl::emit_row(max_labels));
+    s.emit_lin = take(max_time * cl::emit_row(max_labels));
+    s.scales = take(2 * max_time);
     s.log_norm = take(2 * max_time);
     s.beta = take(2 * cl::state_row(max_labels));
     s.next = take(cl::state_row(max_labels));

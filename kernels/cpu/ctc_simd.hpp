@@ -2,8 +2,9 @@
 
 // The hot part of the CPU CTC kernel, compiled once per instruction set in lstm_cpu
 // (kernels/cpu/ctc_simd.cpp, Google Highway) and dispatched at run time like the kernels of
-// kernels/cpu/simd.hpp: one sample's emissions (log-softmax), log-space alpha and beta recursions
-// and gradient, in double, on raw host pointers. kernels/cpu/ctc.hpp drives it over the batch.
+// kernels/cpu/simd.hpp: one sample's emissions (log-softmax), alpha and beta recursions (scaled
+// probabilities for float logits, log space otherwise and as the fallback) and gradient, in
+// double, on raw host pointers. kernels/cpu/ctc.hpp drives it over the batch.
 // Nothing here throws, prints or allocates; the caller validated every index and length.
 
 #include <cstddef>
@@ -15,11 +16,13 @@ namespace lstm::kernels::cpu {
 // `classes` classes and max_labels labels. Every row has room for one vector of the widest
 // instruction set past its end, so the vector loops need no scalar remainder on scratch.
 struct CtcScratch {
-    double* alpha;      // (max_time, state row) log alpha: blank states, then label states
+    double* alpha;      // (max_time, state row) alpha (log, or scaled): blanks, then labels
     double* emit;       // (max_time, emission row) log-probs of the blank and of each label
+    double* emit_lin;   // (max_time, emission row) the same as probabilities (scaled passes)
+    double* scales;     // (max_time, 2) alpha's scale per frame: mantissa, binary exponent
     double* log_norm;   // (max_time, 2) per frame max and log-sum-exp(x - max) of the logits
-    double* beta;       // (2, state row) log beta of frames t and t + 1, ping-pong
-    double* next;       // (state row) emission + beta of frame t + 1
+    double* beta;       // (2, state row) beta (log, or scaled) of frames t and t + 1, ping-pong
+    double* next;       // (state row) emission and beta of frame t + 1, combined
     double* skip;       // (max_labels + 1 + slack) 0 where label k may follow label k - 1, -inf
     double* frame;      // (classes + slack) one frame of the input in double
     double* work;       // (max(classes, max_labels + 1) + slack) exps of one frame
