@@ -522,7 +522,7 @@ constexpr double kMinFrameSum = 0x1p-700;
 // passes. Only float results take this path, whose own rounding is 6e-8.
 constexpr double kOccupationTolerance = 1e-9;
 // alpha and beta are each scaled to a row sum near 1, but where they put their mass on different
-// states their products can be tiny: at T = 5000 with peaky logits a frame's occupations added
+// states their products can be tiny: at T = 5000 with random logits a frame's occupations added
 // up to 1e-315, a denormal with few digits left. The products are formed times 2^600 instead
 // (no overflow: each factor is below 4), which leaves them normal down to 1e-488.
 constexpr int kOccupationBoostExponent = 600;
