@@ -590,7 +590,7 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
     ws.scales[1] = static_cast<double>(k_scale.exponent);
     double sum = RowSum(ws.alpha, count);
     for (int64_t t = 1; t < frames; ++t) {
-        if (!(sum >= kMinFrameSum) || !(sum < 1e300)) return false;
+        if (!(sum >= kMinFrameSum)) return false;
         k_scale.times(sum);
         ws.scales[2 * t] = k_scale.mantissa;
         ws.scales[2 * t + 1] = static_cast<double>(k_scale.exponent);
@@ -649,7 +649,7 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
         const layout::Window w = layout::window(t, frames, count);
         if (t < frames - 1) {
             const double next_sum = RowSum(beta_cur, count);
-            if (!(next_sum >= kMinFrameSum) || !(next_sum < 1e300)) return false;
+            if (!(next_sum >= kMinFrameSum)) return false;
             kb_scale.times(next_sum);
             const double inv = 1.0 / next_sum;
             std::swap(beta_next, beta_cur);
