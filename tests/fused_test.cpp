@@ -78,7 +78,8 @@ std::vector<FusedIsa> ordered_isas() {
 // Big enough for full 6-row tiles and 4-block panels, with remainders of both and padded units
 // (H = 70: blocks of 16, 10 padded units; N = 14: tiles 6 + 6 + 2). The 30-step case has more
 // valid rows per direction (277) than two weight-gradient chunks, and I + H = 90 partner columns:
-// two full chunks and a tail, a full and a partial packed partner panel.
+// two full chunks and a tail, a full and a partial packed partner panel. The last case does the
+// same for the longest chunks (kGradChunkMax rows, the AVX2 kernels'): 1113 rows per direction.
 std::vector<Shape> tile_shapes() {
     return {
         {"H 40, I 50, bi, 30 steps, mixed lengths",
@@ -95,6 +96,12 @@ std::vector<Shape> tile_shapes() {
          true},
         {"H 64, I 16, uni, equal lengths", {16, 64, 1, false}, 5, 12, {}, true},
         {"H 33, I 123, uni, no state", {123, 33, 1, false}, 4, 7, {4, 4, 3, 1, 4, 2, 4}, false},
+        {"H 20, I 12, uni, 70 steps, mixed lengths, over two of the longest chunks",
+         {12, 20, 1, false},
+         70,
+         17,
+         {70, 70, 70, 70, 70, 40, 70, 70, 70, 70, 70, 23, 70, 70, 70, 70, 70},
+         true},
     };
 }
 
@@ -166,12 +173,15 @@ void check_identical(const VariantResult& a, const VariantResult& b) {
 }  // namespace
 
 TEST_CASE("fused: every instruction set matches the reference on full-tile shapes", "[fused]") {
-    // The first shape must keep spanning more than two weight-gradient chunks.
-    const Shape first = tile_shapes().front();
-    int64_t rows = 0;
-    for (int64_t len : first.lengths) rows += len;
-    REQUIRE(rows > 2 * kernels::cpu::kGradChunk);
-    REQUIRE(rows % kernels::cpu::kGradChunk != 0);
+    // The first shape must keep spanning more than two weight-gradient chunks, the last more than
+    // two of the longest ones, each with a partial chunk after them.
+    for (const auto& [shape, chunk] : {std::pair{tile_shapes().front(), kernels::cpu::kGradChunk},
+                                       {tile_shapes().back(), kernels::cpu::kGradChunkMax}}) {
+        int64_t rows = 0;
+        for (int64_t len : shape.lengths) rows += len;
+        REQUIRE(rows > 2 * chunk);
+        REQUIRE(rows % chunk != 0);
+    }
     uint64_t seed = 7000, option_seed = 7600;
     for (FusedIsa isa : available_isas()) {
         const IsaScope scope(isa);

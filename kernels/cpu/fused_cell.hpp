@@ -43,6 +43,11 @@ constexpr int64_t kGradChunk = 128;
 constexpr int64_t kGradPanelCols = 64;
 // Gate columns per packed tile of that GEMM (its micro-tile height).
 constexpr int64_t kGradTileCols = 6;
+// The most chunk rows a kernel set's weight-gradient GEMM uses (sizes the packed dgates). The
+// Highway kernels keep the panel at kGradChunk x 64 floats whatever their width, so their AVX2
+// instantiation (16-float panels) runs chunks of 512 rows: its tiles then load and store their
+// rows of dw a quarter as often (kernels/cpu/fused_simd.cpp).
+constexpr int64_t kGradChunkMax = 512;
 
 // Sizes of the interleaved layout for hidden size H and recurrent width R (the features of h:
 // H, or P with a projection, where the recurrent GEMM reads the projected h).
@@ -391,7 +396,7 @@ struct FusedBuffers {
     T* w_ih_bwd;  // (G, in_max rounded up to 16) input weights for dx = dgates W_ih
     T* dh;        // (N, Hp) scratch: one step's recurrent gradient
     T* dw;        // (in_max + R, G) scratch: transposed weight gradients
-    T* a_pack;    // (kGradChunk, G + 6 nb) scratch: a chunk of dgates packed for the AVX-512
+    T* a_pack;    // (kGradChunkMax, G + 6 nb) scratch: a chunk of dgates packed for the
                   // weight-gradient GEMM, one region per thread at its own columns
     T* b_pack;    // (nb, kGradChunk, 64) scratch: one panel of that GEMM's partner rows, packed,
                   // one region per thread at its first own block
@@ -411,7 +416,7 @@ struct FusedBufferSizes {
         dh = batch * lay.hidden_padded;
         dw = (in_max + lay.recurrent) * g;
         // Each thread pads its columns to whole tiles: less than one tile per block.
-        a_pack = kGradChunk * (g + kGradTileCols * lay.blocks);
+        a_pack = kGradChunkMax * (g + kGradTileCols * lay.blocks);
         // Threads own disjoint block ranges, so a region per block gives every thread its own.
         b_pack = lay.blocks * kGradChunk * kGradPanelCols;
     }
