@@ -533,7 +533,12 @@ HWY_NOINLINE void forward_tile(const FusedLayout& lay, const FusedBuffers<float>
         store_n(hidden_state(acc[i][1], acc[i][0]), s.h + (r0 + i) * s.ld_h + unit, hidden - unit);
 }
 
-// Block by block, pass by pass over the depth (kForwardDepth), part by part of the block.
+// Block by block, pass by pass over the depth (kForwardDepth), row tile by row tile, and the parts
+// of the block (N = 8: its two halves) one after the other on the same rows. Parts outermost ran
+// each part over all rows, so a pass's gates and h rows (16 KiB each beside 16 KiB of strips) left
+// L1 before the second part read them again; this order took 3-5% off the forward step
+// (braun/1x320-CE-short at 1 and 2 threads, CE-long at 2, calls alternating in one process, EPYC
+// Zen 4 running the AVX2 target).
 void ForwardStep(const FusedLayout& lay, const FusedBuffers<float>& buf,
                  const ForwardSegment<float>& s, BlockRange own) {
     const int64_t gc = lay.gate_cols, first = std::min<int64_t>(kGateTileRows, s.rows);
@@ -549,10 +554,10 @@ void ForwardStep(const FusedLayout& lay, const FusedBuffers<float>& buf,
         do {
             const int64_t len = std::min(kForwardDepth, depth - k0);
             const bool last = k0 + len >= depth;
-            for (int64_t part = 0; part < kUnitBlock / kLanes; ++part)
-                for_each_step<kGateTileRows>(0, s.rows, [&](auto mr, int64_t r) HWY_ATTR {
+            for_each_step<kGateTileRows>(0, s.rows, [&](auto mr, int64_t r) HWY_ATTR {
+                for (int64_t part = 0; part < kUnitBlock / kLanes; ++part)
                     forward_tile<decltype(mr)::value>(lay, buf, s, blk, part, k0, len, last, r);
-                });
+            });
             k0 += len;
         } while (k0 < depth);
     }
