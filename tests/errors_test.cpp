@@ -1,9 +1,13 @@
 // Bad input raises lstm::Error whose message names the argument, what was expected and what came.
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/detail/fingerprint.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/registry.hpp"
 
@@ -183,6 +187,30 @@ TEST_CASE("the registry and the layer report unknown names and misuse", "[errors
     std::vector<float> x(2 * 4 * 3, 0.5f);
     CHECK_THROWS_WITH(bf.forward(TensorView<const float>(x.data(), {2, 4, 2})),
                       Contains("x must have shape (2, 4, 3), got (2, 4, 2)"));
+}
+
+// The check above rests on the fingerprint: it must change when any one byte does, whichever of
+// its interleaved chains (or the tail after them) reads that byte, and when two words trade places
+// between chains.
+TEST_CASE("the inputs' fingerprint changes with any byte and with swapped words", "[errors]") {
+    // 75 bytes: two rounds of the four 8-byte chains, one word more, and a 3-byte tail.
+    std::vector<unsigned char> bytes(75);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 37 + 11);
+    const uint64_t base = detail::fingerprint(bytes.data(), bytes.size());
+    std::vector<size_t> unnoticed;
+    for (size_t i = 0; i < bytes.size(); ++i)
+        for (int bit = 0; bit < 8; ++bit) {
+            bytes[i] ^= static_cast<unsigned char>(1 << bit);
+            if (detail::fingerprint(bytes.data(), bytes.size()) == base) unnoticed.push_back(i);
+            bytes[i] ^= static_cast<unsigned char>(1 << bit);
+        }
+    INFO("bytes whose change went unnoticed: " << unnoticed.size());
+    CHECK(unnoticed.empty());
+    std::swap_ranges(bytes.begin(), bytes.begin() + 8, bytes.begin() + 8);
+    CHECK(detail::fingerprint(bytes.data(), bytes.size()) != base);
+    // Length is part of it: a prefix is not the whole.
+    std::swap_ranges(bytes.begin(), bytes.begin() + 8, bytes.begin() + 8);
+    CHECK(detail::fingerprint(bytes.data(), bytes.size() - 1) != base);
 }
 
 TEST_CASE("each error says its kind, and each kind is caught by its own class", "[errors]") {
