@@ -204,7 +204,10 @@ TEST_CASE("the inputs' fingerprint changes with any byte and with swapped words"
             if (detail::fingerprint(bytes.data(), bytes.size()) == base) unnoticed.push_back(i);
             bytes[i] ^= static_cast<unsigned char>(1 << bit);
         }
-    INFO("bytes whose change went unnoticed: " << unnoticed.size());
+    std::string where;
+    for (size_t k = 0; k < unnoticed.size() && k < 8; ++k)
+        where += " " + std::to_string(unnoticed[k]);
+    INFO(unnoticed.size() << " one-bit changes went unnoticed, at byte offsets" << where);
     CHECK(unnoticed.empty());
     std::swap_ranges(bytes.begin(), bytes.begin() + 8, bytes.begin() + 8);
     CHECK(detail::fingerprint(bytes.data(), bytes.size()) != base);
