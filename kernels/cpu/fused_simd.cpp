@@ -104,6 +104,8 @@ static_assert(kTileVecs * kLanes <= kGradPanelCols, "a partner panel fits its pa
 // and CE-long, 2 threads, EPYC Zen 4, calls alternating between the two sizes in one process).
 constexpr int64_t kPanelFloats = kGradChunk * kGradPanelCols;
 constexpr int64_t kSimdGradChunk = std::min(kGradChunkMax, kPanelFloats / (kTileVecs * kLanes));
+// Floats from one packed dgates tile to the next (see kGradTilePad).
+constexpr int64_t kGradTileStride = kSimdGradChunk * kGradTileCols + kGradTilePad;
 static_assert(kSimdGradChunk * kTileVecs * kLanes <= kPanelFloats,
               "a partner panel fits its region of the packing scratch");
 
@@ -773,7 +775,8 @@ HWY_NOINLINE void grad_tile(const GradChunk& g, int64_t col0, int64_t r) {
             prefetch_rows(g.dw + (gate * hidden + unit) * g.width + col0, g.width, MR,
                           lines_of(NV));
     }
-    accumulate<MR, NV>(g.len, PackedA{g.a_pack + r * kSimdGradChunk}, PanelB<NV>{g.b_pack}, acc);
+    accumulate<MR, NV>(g.len, PackedA{g.a_pack + r / kGradTileCols * kGradTileStride},
+                       PanelB<NV>{g.b_pack}, acc);
     HWY_UNROLL(8)
     for (int i = 0; i < MR; ++i) {
         HWY_UNROLL(4)
@@ -817,8 +820,8 @@ int64_t chunk_segments(const RowRun<float>* runs, int64_t run_count, int64_t& cu
 }
 
 // a_pack <- dgates (S, G) rows [k0, k0 + len), columns [c_begin, c_begin + c_count), as tiles of
-// kGradTileCols columns (tile t, row k at a_pack + t * kSimdGradChunk * kGradTileCols +
-// k * kGradTileCols; the last tile holds the remainder). Overwrites.
+// kGradTileCols columns (tile t, row k at a_pack + t * kGradTileStride + k * kGradTileCols; the
+// last tile holds the remainder). Overwrites.
 void pack_grad_chunk(const FusedLayout& lay, const float* dgates, int64_t k0, int64_t len,
                      int64_t c_begin, int64_t c_count, float* a_pack) {
     const int64_t gc = lay.gate_cols;
@@ -831,9 +834,11 @@ void pack_grad_chunk(const FusedLayout& lay, const float* dgates, int64_t k0, in
         // Zen 4) fell from 3.3% to 2.2-2.6% (one profile before, two after).
         int64_t c0 = 0;
         for (; c0 + kGradTileCols <= c_count; c0 += kGradTileCols)
-            std::memcpy(dst + c0 * kSimdGradChunk, src + c0, kGradTileCols * sizeof(float));
+            std::memcpy(dst + c0 / kGradTileCols * kGradTileStride, src + c0,
+                        kGradTileCols * sizeof(float));
         if (c0 < c_count)
-            std::memcpy(dst + c0 * kSimdGradChunk, src + c0, (c_count - c0) * sizeof(float));
+            std::memcpy(dst + c0 / kGradTileCols * kGradTileStride, src + c0,
+                        (c_count - c0) * sizeof(float));
     }
 }
 
@@ -842,7 +847,8 @@ void WeightGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const f
                  int64_t h_run_count, int64_t in, float* dw_ih, float* dw_hh, BlockRange own) {
     if (own.count() == 0) return;
     const int64_t c_begin = own.begin * 4 * kUnitBlock, c_count = own.count() * 4 * kUnitBlock;
-    float* a_pack = buf.a_pack + (c_begin + kGradTileCols * own.begin) * kSimdGradChunk;
+    float* a_pack = buf.a_pack + (c_begin + kGradTileCols * own.begin) * kSimdGradChunk +
+                    kGradTilePad * kGradTilesPerBlock * own.begin;
     float* b_pack = buf.b_pack + own.begin * kGradChunk * kGradPanelCols;
     int64_t total = 0;
     for (int64_t i = 0; i < x_run_count; ++i) total += x_runs[i].count;
