@@ -3,18 +3,24 @@
 
 #include "kernels/cpu/team.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lstm/error.hpp"
 #include "lstm/threads.hpp"
 
 using lstm::kernels::cpu::TeamGovernor;
+using lstm::kernels::cpu::TeamMember;
 using lstm::kernels::cpu::TeamPolicy;
 using lstm::kernels::cpu::TeamUsage;
 
@@ -99,6 +105,44 @@ TEST_CASE("team governor: a team short of a core shrinks, probes, backs off and 
     CHECK(after == expected_after);
 }
 
+TEST_CASE(
+    "team governor: a probe that finds the cores free by chance does not restart the back-off",
+    "[team]") {
+    const EnvScope env(nullptr);
+    TeamGovernor governor;
+    // The team sizes handed out while each region reports `lost` cores lost.
+    const auto run = [&governor](int regions, double lost) {
+        std::vector<int> out;
+        for (int i = 0; i < regions; ++i) {
+            const int threads = governor.team_size(2);
+            out.push_back(threads);
+            report(governor, 2, threads, threads == 2 ? lost : 0.0, 3);
+        }
+        return out;
+    };
+    std::vector<int> expected = {2};  // short: 7 regions on 1 thread, then a probe
+    expected.insert(expected.end(), 7, 1);
+    expected.push_back(2);
+    CHECK(run(9, 0.5) == expected);  // the probe is short too: the next waits 16 regions
+    CHECK(run(15, 0.5) == std::vector<int>(15, 1));
+    CHECK(run(1, 0.0) == std::vector<int>{2});  // this probe finds the cores free
+    // The load is back on the next region: the same load, so the next probe waits 32, not 8.
+    CHECK(run(1, 0.5) == std::vector<int>{2});
+    const std::vector<int> backed_off = run(32, 0.0);
+    INFO("sizes after the lucky probe: " << show(backed_off));
+    std::vector<int> expected_back(31, 1);
+    expected_back.push_back(2);
+    CHECK(backed_off == expected_back);
+    // After 16 calm full-team regions a shortage is a new load: its first probe comes after 8.
+    CHECK(run(16, 0.0) == std::vector<int>(16, 2));
+    std::vector<int> fresh = {2};
+    fresh.insert(fresh.end(), 7, 1);
+    fresh.push_back(2);
+    const std::vector<int> new_load = run(9, 0.5);
+    INFO("sizes for a new load: " << show(new_load));
+    CHECK(new_load == fresh);
+}
+
 TEST_CASE("team governor: a large team gives up the cores it missed, at least one", "[team]") {
     const EnvScope env(nullptr);
     for (const auto& [lost, expected] :
@@ -145,18 +189,53 @@ TEST_CASE("team governor: the fixed policy and LSTM_TEAM", "[team]") {
     }
 }
 
-TEST_CASE("team governor: a member counts time off the CPU as lost", "[team]") {
-    // A member that sleeps 30 ms is off the CPU for about that long (voluntarily: no preemption
-    // needed). The bounds allow for a loaded machine's wake-up delays.
+TEST_CASE("team governor: a member counts waiting for its core, not sleeping", "[team]") {
+    // Sleeping 30 ms leaves the core free: where the kernel keeps run-queue delays it is not
+    // lost (only a loaded machine's wake-up delay is); otherwise the fallback, wall minus CPU
+    // time, counts it.
+    {
+        TeamUsage usage;
+        {
+            const TeamMember member(usage);
+            const timespec pause{0, 30'000'000};
+            nanosleep(&pause, nullptr);
+        }
+        INFO("lost " << usage.lost_ns() << " ns while asleep");
+        if (TeamMember::measures_run_delay())
+            CHECK(usage.lost_ns() < 10'000'000);
+        else
+            CHECK(usage.lost_ns() >= 25'000'000);
+    }
+    // Spinning for 100 ms of wall time beside another spinning thread on the same core leaves
+    // the member about half of it: the other half it was runnable and waiting.
+    cpu_set_t saved;
+    REQUIRE(pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved) == 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &saved)) ++cpu;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    REQUIRE(pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0);
+    std::atomic<bool> stop{false};
+    std::thread rival([&] {
+        pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+    });
     TeamUsage usage;
     {
-        const lstm::kernels::cpu::TeamMember member(usage);
-        const timespec pause{0, 30'000'000};
-        nanosleep(&pause, nullptr);
+        const TeamMember member(usage);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        while (std::chrono::steady_clock::now() < until) {
+        }
     }
-    INFO("lost " << usage.lost_ns() << " ns");
-    CHECK(usage.lost_ns() >= 25'000'000);
+    stop = true;
+    rival.join();
+    REQUIRE(pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved) == 0);
+    INFO("lost " << usage.lost_ns() << " ns, preempted " << usage.preemptions() << " times");
+    CHECK(usage.lost_ns() >= 20'000'000);
     CHECK(usage.lost_ns() < 2'000'000'000);
+    CHECK(usage.preemptions() > 0);
 }
 
 TEST_CASE("set_num_threads sets the OpenMP thread count and refuses less than one", "[team]") {

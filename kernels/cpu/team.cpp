@@ -1,7 +1,9 @@
 #include "kernels/cpu/team.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -24,6 +26,13 @@ constexpr double kLostShare = 0.15;
 constexpr int kFirstProbe = 8;
 constexpr int kLastProbe = 256;
 
+// Full-team regions without a shortage after which a new shortage counts as a new load, whose
+// back-off starts again from kFirstProbe. Under a steady load a probe now and then finds the
+// cores free by chance, and the load shows again in one of the next few regions: restarting the
+// back-off then kept a third of a small model's regions on the full team under one busy process
+// (bahrampour/imdb/grad, 2 threads, AMD EPYC Zen 4).
+constexpr int kCalmRegions = 2 * kFirstProbe;
+
 int64_t clock_ns(clockid_t clock) {
     timespec ts{};
     clock_gettime(clock, &ts);
@@ -37,6 +46,43 @@ int64_t preemptions_now() {
     rusage usage{};
     getrusage(RUSAGE_THREAD, &usage);
     return usage.ru_nivcsw;
+}
+
+// The calling thread's /proc/thread-self/schedstat, opened once per thread: its fields are the
+// nanoseconds on the CPU, the nanoseconds runnable but waiting on a run queue, and the count of
+// time slices. Reading it again from offset 0 regenerates the numbers (one pread per sample).
+class SchedstatFile {
+public:
+    SchedstatFile() : fd_(open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)) {}
+    ~SchedstatFile() {
+        if (fd_ >= 0) close(fd_);
+    }
+    SchedstatFile(const SchedstatFile&) = delete;
+    SchedstatFile& operator=(const SchedstatFile&) = delete;
+
+    // The run-queue delay in ns, or -1 where the file is missing or unreadable (a kernel
+    // without CONFIG_SCHED_INFO, or not Linux).
+    int64_t run_delay_ns() const {
+        if (fd_ < 0) return -1;
+        char text[96];
+        const ssize_t got = pread(fd_, text, sizeof(text) - 1, 0);
+        if (got <= 0) return -1;
+        text[got] = '\0';
+        char* end = nullptr;
+        std::strtoll(text, &end, 10);  // time on the CPU: the thread clock below has it too
+        if (end == text) return -1;
+        const char* second = end;
+        const long long delay = std::strtoll(second, &end, 10);
+        return end == second || delay < 0 ? -1 : static_cast<int64_t>(delay);
+    }
+
+private:
+    int fd_;
+};
+
+int64_t run_delay_now() {
+    thread_local const SchedstatFile file;
+    return file.run_delay_ns();
 }
 
 TeamPolicy policy_from_environment() {
@@ -58,18 +104,35 @@ TeamMember::TeamMember(TeamUsage& usage)
     : usage_(usage),
       wall_ns_(clock_ns(CLOCK_MONOTONIC)),
       cpu_ns_(clock_ns(CLOCK_THREAD_CPUTIME_ID)),
+      run_delay_ns_(run_delay_now()),
       preemptions_(preemptions_now()) {}
 
 TeamMember::~TeamMember() {
+    const int64_t preemptions = preemptions_now() - preemptions_;
+    const int64_t run_delay = run_delay_now();
+    // Only the run-queue delay is time a missing core took. Wall minus CPU time (the fallback)
+    // also counts time asleep, and a member that waits at a barrier past libgomp's spin sleeps
+    // in a futex: on a quiet 2-core machine that came to 9-50 ms per member in some regions of
+    // 65-370 ms whose run-queue delay was 0.1-3 ms, and each such region shrank the team for the
+    // next 8 (4 s of braun/1x320-CE-long at one thread).
+    if (run_delay_ns_ >= 0 && run_delay >= run_delay_ns_) {
+        usage_.add(run_delay - run_delay_ns_, preemptions);
+        return;
+    }
     const int64_t wall = clock_ns(CLOCK_MONOTONIC) - wall_ns_;
     const int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_ns_;
-    usage_.add(std::max<int64_t>(0, wall - cpu), preemptions_now() - preemptions_);
+    usage_.add(std::max<int64_t>(0, wall - cpu), preemptions);
 }
+
+bool TeamMember::measures_run_delay() { return run_delay_now() >= 0; }
 
 void TeamGovernor::set_policy(TeamPolicy policy) {
     const std::lock_guard<std::mutex> lock(mutex_);
     policy_ = policy;
     reduced_ = 0;
+    calls_since_probe_ = 0;
+    probe_interval_ = 0;
+    calm_regions_ = 0;
 }
 
 TeamPolicy TeamGovernor::policy() const {
@@ -110,11 +173,14 @@ void TeamGovernor::report(int max_threads, int threads, const TeamUsage& usage, 
     }
     if (!short_of_cores) {
         reduced_ = 0;
+        calm_regions_ = std::min(calm_regions_ + 1, kCalmRegions);
         return;
     }
-    const bool failed_probe = reduced_ > 0 && reduced_ < max_threads;
-    probe_interval_ = failed_probe ? std::min(2 * probe_interval_, kLastProbe) : kFirstProbe;
+    // A failed probe, or a shortage soon after one succeeded: the same load, so back off further.
+    const bool same_load = probe_interval_ > 0 && (reduced_ > 0 || calm_regions_ < kCalmRegions);
+    probe_interval_ = same_load ? std::min(2 * probe_interval_, kLastProbe) : kFirstProbe;
     calls_since_probe_ = 0;
+    calm_regions_ = 0;
     reduced_ = shrunk;
 }
 

@@ -9,6 +9,8 @@
 // The governor measures what each team actually got (time its threads were runnable but off the
 // CPU, and how often the kernel preempted them) and shrinks the next teams by the cores that
 // were missing; now and then it probes the full size again, backing off while the load stays.
+// Time a thread sleeps (in the runtime's wait at a barrier, in the kernel) is not a missing core:
+// where Linux keeps the scheduler's run-queue delay per thread, that is what counts.
 // Peers leave this to the OpenMP runtime: libgomp's OMP_DYNAMIC sizes teams from the 15-minute
 // load average, which reacts far too slowly and counts the team's own threads as load.
 //
@@ -49,9 +51,13 @@ public:
     TeamMember(const TeamMember&) = delete;
     TeamMember& operator=(const TeamMember&) = delete;
 
+    // Whether members measure the scheduler's run-queue delay (Linux with per-thread schedstat);
+    // without it they count wall time minus CPU time, which includes time spent asleep.
+    static bool measures_run_delay();
+
 private:
     TeamUsage& usage_;
-    int64_t wall_ns_, cpu_ns_, preemptions_;
+    int64_t wall_ns_, cpu_ns_, run_delay_ns_, preemptions_;
 };
 
 enum class TeamPolicy { automatic, adaptive, fixed };
@@ -74,7 +80,8 @@ private:
     TeamPolicy policy_ = TeamPolicy::automatic;
     int reduced_ = 0;  // the team size in force while the full team lost time; 0: none
     int calls_since_probe_ = 0;
-    int probe_interval_ = 0;
+    int probe_interval_ = 0;  // 0 until the first shortage
+    int calm_regions_ = 0;    // full-team regions without a shortage since the last one
 };
 
 // The governor of the fused time loops (one per process: the cores are the machine's).
