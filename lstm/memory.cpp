@@ -1,5 +1,5 @@
 // host_memory_available (lstm/memory.hpp): what the machine can still give, from the files Linux
-// keeps for it.
+// keeps for it; advise_huge_pages: the request for transparent huge pages.
 
 #include "lstm/memory.hpp"
 
@@ -7,6 +7,10 @@
 #include <fstream>
 #include <limits>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace lstm {
 
@@ -37,6 +41,17 @@ uint64_t host_memory_available() {
         read_first_number("/sys/fs/cgroup/memory.current", current))
         available = std::min(available, max > current ? max - current : 0);
     return available;
+}
+
+void advise_huge_pages(void* data, uint64_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    // The result is ignored on purpose: EINVAL (a kernel without THP) leaves ordinary pages,
+    // which hold the same data.
+    (void)madvise(data, static_cast<size_t>(bytes), MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)bytes;
+#endif
 }
 
 }  // namespace lstm

@@ -9,10 +9,13 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/io/safetensors.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/loss/ctc.hpp"
@@ -168,4 +171,47 @@ TEST_CASE("memory: padding one long sequence among many short ones is refused by
         out_of_memory_message([&] { lstm::nn::pad_sequences(sequences, 1); });
     CHECK_THAT(message, Contains("pad_sequences (T 2000, N 2001, features 1): needs "));
     CHECK_THAT(message, Contains("padded x 15.27 MiB"));
+}
+
+// The VmFlags line of the /proc/self/smaps mapping that holds `address` ("" if none does).
+std::string mapping_flags(const void* address) {
+    const auto at = reinterpret_cast<uintptr_t>(address);
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        unsigned long long begin = 0, end = 0;
+        char dash = 0;
+        std::istringstream head(line);
+        if (line.find(':') > line.find(' ') && head >> std::hex >> begin >> dash >> end &&
+            dash == '-') {
+            inside = at >= begin && at < end;
+        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+            return line;
+        }
+    }
+    return "";
+}
+
+TEST_CASE("memory: host buffers from 2 MiB on take whole huge pages and ask for THP", "[memory]") {
+    constexpr size_t huge = lstm::kHugePageBytes;
+    lstm::detail::AlignedBuffer small, large;
+    small.reserve(1000);
+    large.reserve(huge + 1);
+    const auto small_at = reinterpret_cast<uintptr_t>(small.data());
+    const auto large_at = reinterpret_cast<uintptr_t>(large.data());
+    INFO("small at " << small_at << ", capacity " << small.capacity() << "; large at " << large_at
+                     << ", capacity " << large.capacity());
+    CHECK(small_at % lstm::detail::AlignedBuffer::kAlignment == 0);
+    CHECK(small.capacity() == 1024);
+    CHECK(large_at % huge == 0);
+    CHECK(large.capacity() == 2 * huge);
+    // The advice shows as "hg" among the mapping's flags where the kernel has THP at all.
+    if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+        WARN("skipped the THP check: this kernel has no transparent huge pages");
+        return;
+    }
+    const std::string flags = mapping_flags(large.data());
+    INFO("VmFlags of the large buffer: '" << flags << "'");
+    CHECK_THAT(flags, Contains(" hg"));
 }

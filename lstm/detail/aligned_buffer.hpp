@@ -29,16 +29,19 @@ public:
 
     void* reserve(size_t bytes) {
         if (bytes > capacity_) {
+            // Large buffers take whole huge pages (kHugePageBytes, lstm/memory.hpp).
+            const size_t align = bytes >= kHugePageBytes ? kHugePageBytes : kAlignment;
             size_t rounded = 0;
-            if (__builtin_add_overflow(bytes, kAlignment - 1, &rounded))
+            if (__builtin_add_overflow(bytes, align - 1, &rounded))
                 rounded = kUnknownMemory;  // refused below
             else
-                rounded = rounded / kAlignment * kAlignment;
+                rounded = rounded / align * align;
             MemoryRequest().add("buffer", rounded).check("host buffer");
-            void* p = std::aligned_alloc(kAlignment, rounded);
+            void* p = std::aligned_alloc(align, rounded);
             if (!p)
                 fail_as<OutOfMemory>("host allocation of ", rounded, " bytes (", rounded >> 20,
                                      " MiB) failed");
+            if (align == kHugePageBytes) advise_huge_pages(p, rounded);
             data_.reset(p);
             capacity_ = rounded;
         }
