@@ -61,7 +61,8 @@ public:
     SchedstatFile& operator=(const SchedstatFile&) = delete;
 
     // The run-queue delay in ns, or -1 where the file is missing or unreadable (a kernel
-    // without CONFIG_SCHED_INFO, or not Linux).
+    // without CONFIG_SCHED_INFO, or not Linux) or reads "0 0 0" (kernels that keep no
+    // statistics print that; the thread reading it has run, so a real file shows CPU time).
     int64_t run_delay_ns() const {
         if (fd_ < 0) return -1;
         char text[96];
@@ -69,8 +70,8 @@ public:
         if (got <= 0) return -1;
         text[got] = '\0';
         char* end = nullptr;
-        std::strtoll(text, &end, 10);  // time on the CPU: the thread clock below has it too
-        if (end == text) return -1;
+        const long long on_cpu = std::strtoll(text, &end, 10);
+        if (end == text || on_cpu <= 0) return -1;
         const char* second = end;
         const long long delay = std::strtoll(second, &end, 10);
         return end == second || delay < 0 ? -1 : static_cast<int64_t>(delay);
