@@ -173,6 +173,8 @@ TEST_CASE("memory: padding one long sequence among many short ones is refused by
     CHECK_THAT(message, Contains("padded x 15.27 MiB"));
 }
 
+namespace {
+
 // The VmFlags line of the /proc/self/smaps mapping that holds `address` ("" if none does).
 std::string mapping_flags(const void* address) {
     const auto at = reinterpret_cast<uintptr_t>(address);
@@ -183,6 +185,8 @@ std::string mapping_flags(const void* address) {
         unsigned long long begin = 0, end = 0;
         char dash = 0;
         std::istringstream head(line);
+        // A mapping starts with its address range ("begin-end perms ..."); its fields follow as
+        // "Name: value" lines, whose colon comes before the first space.
         if (line.find(':') > line.find(' ') && head >> std::hex >> begin >> dash >> end &&
             dash == '-') {
             inside = at >= begin && at < end;
@@ -192,6 +196,8 @@ std::string mapping_flags(const void* address) {
     }
     return "";
 }
+
+}  // namespace
 
 TEST_CASE("memory: host buffers from 2 MiB on take whole huge pages and ask for THP", "[memory]") {
     constexpr size_t huge = lstm::kHugePageBytes;

@@ -110,15 +110,8 @@ TEST_CASE(
     "[team]") {
     const EnvScope env(nullptr);
     TeamGovernor governor;
-    // The team sizes handed out while each region reports `lost` cores lost.
     const auto run = [&governor](int regions, double lost) {
-        std::vector<int> out;
-        for (int i = 0; i < regions; ++i) {
-            const int threads = governor.team_size(2);
-            out.push_back(threads);
-            report(governor, 2, threads, threads == 2 ? lost : 0.0, 3);
-        }
-        return out;
+        return sizes(governor, 2, regions, lost);
     };
     std::vector<int> expected = {2};  // short: 7 regions on 1 thread, then a probe
     expected.insert(expected.end(), 7, 1);
