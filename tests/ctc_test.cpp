@@ -224,6 +224,39 @@ TEMPLATE_TEST_CASE("ctc log-probs with -inf entries (impossible classes) match b
     }
 }
 
+TEMPLATE_TEST_CASE("ctc log-probs far above 0: an overflowing sum is no NaN, shifts cancel",
+                   "[ctc]", LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
+    const double big = std::numeric_limits<double>::max();
+    const auto all_zero = [](const std::vector<double>& g) {
+        return std::all_of(g.begin(), g.end(), [](double x) { return x == 0.0; });
+    };
+    // Empty target, blank 0 on every frame: DBL_MAX twice, then -inf. A zero factor makes the
+    // probability 0 (loss +inf), though the running sum overflows to +inf first.
+    const Run<double> impossible =
+        run_ctc<double>(single({big, -1.0, big, -1.0, -kInf, 0.0}, 2, {}, false));
+    CHECK(impossible.loss == kInf);
+    CHECK(all_zero(impossible.grad));
+    // DBL_MAX twice, then 0: a likelihood beyond the double range, loss -inf, gradient zero as for
+    // every infinite loss.
+    const Run<double> huge =
+        run_ctc<double>(single({big, -1.0, big, -1.0, 0.0, -1.0}, 2, {}, false));
+    CHECK(huge.loss == -kInf);
+    CHECK(all_zero(huge.grad));
+    // Log-probs up to 40: the kernel shifts such frames down and adds the shifts back; the loss
+    // and the gradient match the enumeration of all paths.
+    const int64_t frames = 5, classes = 4;
+    const auto lp = lstm::test::random_vector<double>(frames * classes, 11, -3.0, 40.0);
+    for (const auto& labels : std::vector<std::vector<int64_t>>{{2, 1}, {1, 1}, {3}, {}}) {
+        INFO("L " << labels.size());
+        const BruteForce want = brute_force(lp, frames, classes, labels, 0);
+        const Run<double> got = run_ctc<double>(single(lp, classes, labels, false));
+        CHECK(got.loss == Approx(want.loss).epsilon(1e-13));
+        LSTM_CHECK_CLOSE(
+            lstm::test::compare("grad_log_probs", got.grad, want.grad_log_probs, 1e-14, 1e-12));
+    }
+}
+
 TEMPLATE_TEST_CASE("ctc number of alignments of uniform inputs equals the closed form", "[ctc]",
                    LSTM_SIMD_LEVELS) {
     LSTM_ON_SIMD_LEVEL(TestType);

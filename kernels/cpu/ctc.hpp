@@ -126,7 +126,8 @@ inline size_t ctc_workspace_bytes(int64_t max_time, int64_t batch, int64_t class
 }
 
 // Computes every sample's loss -log p(labels | input) in double: +inf when no alignment has
-// nonzero probability, 0 instead of +inf under zero_infinity, NaN for NaN/+inf input. Returns them
+// nonzero probability, 0 instead of +inf under zero_infinity, NaN for NaN/+inf input, -inf when
+// log-probs far above 0 give a likelihood beyond the double range. Returns them
 // as an array of p.batch doubles inside the workspace, valid until the workspace is reused. When
 // p.grad is set, overwrites it with the gradient of sum_n scale_n * loss_n w.r.t. the input as
 // given (scale_n as described in CtcProblem); padded frames and samples with an infinite loss get

@@ -739,7 +739,12 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
     std::fill(ws.frame + classes, ws.frame + classes + layout::kSlack, kNegInf);
 
     // Emissions: log-probs of the blank and of each label, per frame, in double (and as
-    // probabilities for the scaled passes).
+    // probabilities for the scaled passes). Log-probs as given may lie above 0, and a run of huge
+    // ones would overflow alpha to +inf, which an impossible class (-inf) then turns into NaN
+    // instead of the zero probability it is: a frame's emissions above 0 are shifted down by their
+    // largest, and the shifts are added back to the loss. The posteriors, and so the gradient, are
+    // the same; inputs at or below 0 (and all logits) are not shifted at all.
+    double shift = 0.0;
     constexpr int64_t kAhead = 8;  // frames; the loop body is short, so look further ahead
     for (int64_t t = 0; t < std::min(kAhead, frames); ++t)
         layout::prefetch_row(input + t * stride, classes, false);
@@ -754,6 +759,11 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
         e[0] = (ws.frame[dims.blank] - norm.max) - norm.log_sum;
         for (int64_t k = 0; k < count; ++k)
             e[1 + k] = (ws.frame[labels[k]] - norm.max) - norm.log_sum;
+        const double top = dims.logits ? 0.0 : *std::max_element(e, e + 1 + count);
+        if (top > 0.0) {
+            for (int64_t k = 0; k <= count; ++k) e[k] -= top;
+            shift += top;
+        }
         std::fill(e + 1 + count, e + erow, 0.0);
         if (scaled)
             for (int64_t k = 0; k < erow; k += lanes)
@@ -763,7 +773,13 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
         double loss = 0;
         if (ScaledPasses(input, grad, labels, dims, ws, &loss)) return loss;
     }
-    return LogPasses(input, grad, labels, dims, ws);
+    const double loss = LogPasses(input, grad, labels, dims, ws);
+    if (!(shift > 0.0) || !(loss < std::numeric_limits<double>::infinity())) return loss;
+    // A zero probability stays +inf whatever the shifts; a likelihood beyond the double range is
+    // -inf, whose gradient is zeroed as every infinite loss's.
+    const double unshifted = loss - shift;
+    if (grad && std::isinf(unshifted)) ZeroFrames(grad, dims, 0);
+    return unshifted;
 }
 
 double SampleF32(const float* input, float* grad, const int64_t* labels, const CtcSampleDims& dims,

@@ -127,6 +127,12 @@ def ctc_seeds():
         "mean_zero_infinity": ctc_problem(logits | padded | grad | 4 | 0x20, False, 4, [4, 2],
                                           [3, 2], 3, [1, 2, 1, 2, 2, 0], stride=3),
         "nan_on_valid_frame": ctc_problem(logits | grad, True, 3, [3], [1], 3, [2], poison=4),
+        # Found by the fuzzer (2026-12-05): double log-probs, empty targets, the blank's log-prob
+        # DBL_MAX on two frames and -inf on the third; the sum overflowed to +inf and met the
+        # -inf as NaN instead of a zero probability (loss +inf).
+        "overflow_then_impossible_f64": bytes.fromhex(
+            "0a27050402010301020100000000030b05bb040400010504a50"
+            "20103030203010402010203020201020202020202020150435f"),
     }
 
 

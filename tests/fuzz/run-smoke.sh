@@ -69,6 +69,9 @@ for target in "${targets[@]}"; do
     corpus="$work/corpus-$target"
     mkdir -p "$corpus"
     echo "run-smoke: fuzzing $target for ${seconds}s (seeds: $here/corpus/$target)"
+    # libFuzzer's own exit code for a finding is 77, which ctest reads as "skipped": a finding
+    # must fail the test instead.
     "$tree/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -max_len=65536 -print_final_stats=1 "$corpus" "$here/corpus/$target"
+        -max_len=65536 -print_final_stats=1 -error_exitcode=1 -timeout_exitcode=1 \
+        "$corpus" "$here/corpus/$target"
 done
