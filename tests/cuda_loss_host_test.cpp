@@ -250,6 +250,27 @@ TEST_CASE("cuda ctc kernels handle -inf log-probs and extreme logits without NaN
     }
 }
 
+TEST_CASE("cuda ctc kernels: log-probs far above 0 neither overflow into NaN nor move the gradient",
+          "[cuda_loss_host]") {
+    const double big = std::numeric_limits<double>::max();
+    // Empty targets, blank 0: DBL_MAX twice then -inf is a zero probability (+inf); DBL_MAX twice
+    // then 0 a likelihood beyond the double range (-inf). Both get a zero gradient.
+    for (const auto& [last, want] :
+         std::vector<std::pair<double, double>>{{-kInf, kInf}, {0.0, -kInf}}) {
+        INFO("last blank log-prob " << last);
+        const CtcReferenceCase c = single({big, -1.0, big, -1.0, last, -1.0}, 2, {}, false);
+        const Emulated<double> got = emulate_ctc<double>(c);
+        CHECK(static_cast<double>(got.losses[0]) == want);
+        for (double g : got.grad) CHECK(g == 0.0);
+    }
+    // Log-probs up to 40: shifted and added back, they match the reference.
+    CtcReferenceCase c = random_case(6, {6, 5, 6}, {2, 1, 0}, 4, 0, 29, 40.0);
+    c.logits = false;
+    c.reduction = Reduction::sum;
+    const Emulated<double> got = emulate_ctc<double>(c);
+    check_against_reference(c, got, lstm::reference::ctc_reference(c));
+}
+
 TEMPLATE_TEST_CASE("cuda ctc kernels: infeasible samples get +inf (or 0) and a zero gradient",
                    "[cuda_loss_host]", float, double) {
     using T = TestType;

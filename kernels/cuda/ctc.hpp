@@ -14,8 +14,9 @@
 
 namespace lstm::kernels::cuda {
 
-// Overwrites a.log_norm for every valid frame: the log-softmax normalizer (logits) or 0
-// (log-probs), NaN where the frame holds NaN or +inf (ctc_norm_store). Every other launch reads it.
+// Overwrites a.log_norm for every valid frame: the log-softmax normalizer (logits) or the shift
+// max(0, frame max) (log-probs), NaN where the frame holds NaN or +inf (ctc_norm_store). Every
+// other launch reads it.
 template <typename T>
 cudaError_t launch_ctc_log_norm(const CtcArgs<T>& a, cudaStream_t stream);
 

@@ -50,16 +50,20 @@ struct CtcArgs {
     // one class form the run whose occupations make up that class's posterior.
     const int32_t* order = nullptr;
     // (max_time, batch, 2): per frame the logits' max and log(sum e^(x - max)), the log-softmax
-    // being (x - max) - log_sum (kept apart: max + log_sum rounds to max near |max| ~ 1e38);
-    // zeros for log-probs; NaN first where the frame has no distribution.
+    // being (x - max) - log_sum (kept apart: max + log_sum rounds to max near |max| ~ 1e38); for
+    // log-probs max(0, the frame's max) and 0: log-probs above 0 are shifted down to 0 so that a
+    // run of huge ones cannot overflow alpha to +inf (which a -inf would turn into NaN), and
+    // ctc_alpha_finish adds the shifts back. NaN first where the frame has no distribution.
     double* log_norm = nullptr;
     double* alpha = nullptr;  // per sample (frames, states) at state_offset: log alpha
     double* beta = nullptr;   // same layout: log beta without the frame's own emission
     // (batch, 2 directions, 2 rows, max_states): the rings of the recursion when they do not fit
     // in shared memory (see ctc_ring_in_shared).
     double* ring = nullptr;
-    int64_t max_states = 0;    // 2 * (largest target length) + 1
-    double* loglik = nullptr;  // (batch) log p(labels | input), -inf when infeasible
+    int64_t max_states = 0;  // 2 * (largest target length) + 1
+    // (batch) log p(labels | input) less the sample's log-prob shifts (what the occupations
+    // need), -inf when the loss is infinite, NaN when the input is poisoned.
+    double* loglik = nullptr;
     double* losses = nullptr;  // (batch) per-sample losses as returned (zero_infinity applied)
     T* losses_out = nullptr;   // (batch) optional: the caller's per-sample losses
     T* grad = nullptr;         // (max_time, batch, classes) optional: overwritten
@@ -108,7 +112,7 @@ LSTM_HOST_DEVICE void ctc_norm_store(const CtcArgs<T>& a, int64_t frame, int lan
                                      double sum) {
     if (lane != 0) return;
     const bool defined = max < -kLossNegInf && (!a.logits || max > kLossNegInf);
-    a.log_norm[2 * frame] = !defined ? kLossNaN : a.logits ? max : 0.0;
+    a.log_norm[2 * frame] = !defined ? kLossNaN : a.logits ? max : max > 0.0 ? max : 0.0;
     a.log_norm[2 * frame + 1] = defined && a.logits ? log(sum) : 0.0;
 }
 
@@ -158,14 +162,14 @@ LSTM_HOST_DEVICE bool ctc_can_skip(const CtcArgs<T>& a, const CtcSample& sample,
 }
 
 // log p(class of state s at frame t) of sample n in double: the log-softmax for logits, the
-// input as given for log-probs (-inf allowed).
+// input as given for log-probs (-inf allowed) less the frame's shift (see CtcArgs::log_norm).
 template <typename T>
 LSTM_HOST_DEVICE double ctc_emission(const CtcArgs<T>& a, const CtcSample& sample, int64_t n,
                                      int64_t t, int64_t s) {
     const int64_t frame = t * a.batch + n;
     const double x =
         static_cast<double>(a.input[frame * a.classes + ctc_state_class(a, sample, s)]);
-    return a.logits ? ctc_log_softmax(a, frame, x) : x;
+    return a.logits ? ctc_log_softmax(a, frame, x) : x - a.log_norm[2 * frame];
 }
 
 // The frame a direction's step works on: alpha goes 0, 1, ..., beta frames - 1, ..., 0.
@@ -233,20 +237,27 @@ LSTM_HOST_DEVICE void ctc_recursion_step(const CtcArgs<T>& a, int64_t n, bool ba
 }
 
 // After the last alpha step (and a barrier), thread 0 of the alpha block: the log-likelihood
-// from the last row, the per-sample loss (+inf when infeasible, 0 instead under zero_infinity;
-// NaN, never hidden, when the sample's input is poisoned).
+// from the last row, the per-sample loss (+inf when infeasible, -inf when log-probs far above 0
+// give a likelihood beyond the double range, 0 instead of either under zero_infinity; NaN, never
+// hidden, when the sample's input is poisoned).
 template <typename T>
 LSTM_HOST_DEVICE void ctc_alpha_finish(const CtcArgs<T>& a, int64_t n) {
     const CtcSample sample = a.samples[n];
     const int64_t states = 2 * int64_t{sample.labels} + 1;
     const double* last = a.alpha + sample.state_offset + (sample.frames - 1) * states;
-    const double loglik = ctc_sample_poisoned(a, n) ? kLossNaN
-                          : states == 1
-                              ? last[0]
-                              : log_sum_exp3(last[states - 1], last[states - 2], kLossNegInf);
-    const bool infinite = loglik == kLossNegInf;
+    const double shifted = ctc_sample_poisoned(a, n) ? kLossNaN
+                           : states == 1
+                               ? last[0]
+                               : log_sum_exp3(last[states - 1], last[states - 2], kLossNegInf);
+    double shift = 0.0;
+    if (!a.logits)
+        for (int64_t t = 0; t < sample.frames; ++t) shift += a.log_norm[2 * (t * a.batch + n)];
+    // A zero probability stays -inf whatever the shifts.
+    const double loglik = shifted == kLossNegInf ? kLossNegInf : shifted + shift;
+    const bool infinite = loglik == kLossNegInf || loglik == -kLossNegInf;
     const double loss = infinite && a.zero_infinity ? 0.0 : -loglik;
-    a.loglik[n] = loglik;
+    // An infinite loss gets a zero gradient: -inf marks the sample dead for phase 3.
+    a.loglik[n] = infinite ? kLossNegInf : shifted;
     a.losses[n] = loss;
     if (a.losses_out) a.losses_out[n] = static_cast<T>(loss);
 }
