@@ -103,9 +103,9 @@ void TeamUsage::add(int64_t lost_ns, int64_t preemptions) {
 
 TeamMember::TeamMember(TeamUsage& usage)
     : usage_(usage),
-      wall_ns_(clock_ns(CLOCK_MONOTONIC)),
-      cpu_ns_(clock_ns(CLOCK_THREAD_CPUTIME_ID)),
       run_delay_ns_(run_delay_now()),
+      wall_ns_(run_delay_ns_ >= 0 ? 0 : clock_ns(CLOCK_MONOTONIC)),
+      cpu_ns_(run_delay_ns_ >= 0 ? 0 : clock_ns(CLOCK_THREAD_CPUTIME_ID)),
       preemptions_(preemptions_now()) {}
 
 TeamMember::~TeamMember() {
@@ -116,8 +116,9 @@ TeamMember::~TeamMember() {
     // in a futex: on a quiet 2-core machine that came to 9-50 ms per member in some regions of
     // 65-370 ms whose run-queue delay was 0.1-3 ms, and each such region shrank the team for the
     // next 8 (4 s of braun/1x320-CE-long at one thread).
-    if (run_delay_ns_ >= 0 && run_delay >= run_delay_ns_) {
-        usage_.add(run_delay - run_delay_ns_, preemptions);
+    if (run_delay_ns_ >= 0) {
+        // The file read at the start is open for the thread's life, so it reads again here.
+        usage_.add(std::max<int64_t>(0, run_delay - run_delay_ns_), preemptions);
         return;
     }
     const int64_t wall = clock_ns(CLOCK_MONOTONIC) - wall_ns_;

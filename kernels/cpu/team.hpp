@@ -57,7 +57,7 @@ public:
 
 private:
     TeamUsage& usage_;
-    int64_t wall_ns_, cpu_ns_, run_delay_ns_, preemptions_;
+    int64_t run_delay_ns_, wall_ns_, cpu_ns_, preemptions_;  // clocks only without run delay
 };
 
 enum class TeamPolicy { automatic, adaptive, fixed };
