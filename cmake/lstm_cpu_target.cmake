@@ -6,5 +6,4 @@
 find_package(hwy 1.0 REQUIRED CONFIG)
 file(GLOB LSTM_CPU_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cpu/*.cpp)
 lstm_static_part(lstm_cpu lstm_cpu ${LSTM_CPU_SOURCES})
-# Eigen: kernels/cpu/fused_cell.hpp (the fused layout the Highway kernels share) brings in gemm.hpp.
-target_link_libraries(lstm_cpu PUBLIC OpenMP::OpenMP_CXX Eigen3::Eigen PRIVATE hwy::hwy)
+target_link_libraries(lstm_cpu PUBLIC OpenMP::OpenMP_CXX PRIVATE hwy::hwy)

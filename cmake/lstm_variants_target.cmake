@@ -1,20 +1,32 @@
 # lstm_variants: the registry and every variant's host code (lstm/registry.cpp), the report of
-# the paths they take (lstm/host_info.cpp) and the host memory query (lstm/memory.cpp), compiled
-# once in the library instead of in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
+# the paths they take (lstm/host_info.cpp), the host memory query (lstm/memory.cpp) and the
+# safetensors reader and writer (lstm/io/safetensors.cpp), compiled once in the library instead of
+# in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
 # (lstm/variant.hpp), and the kernels run at the speed this build gives them, whatever flags the
 # program uses. The fused variant's hot loops dispatch at run time (lstm_cpu, and the AVX-512
 # kernel behind a target pragma); the Eigen code of basic and of fused's portable path is compiled
 # for the instruction set this target is built with: -march=native under LSTM_NATIVE_ARCH (the
 # default, for a library used on the machine that builds it); turn that off for a package meant
 # for other machines.
+#
+# kernels/cpu/native/ holds the host arithmetic that programs would otherwise compile from headers
+# with their own flags: the Eigen GEMM behind kernels/cpu/gemm.hpp (basic, fused's portable path,
+# the dense layer) and the optimizers' loops (kernels/cpu/optim.hpp).
+file(GLOB LSTM_NATIVE_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cpu/native/*.cpp)
 lstm_static_part(lstm_variants lstm_variants ${PROJECT_SOURCE_DIR}/lstm/registry.cpp
     ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp
-    ${PROJECT_SOURCE_DIR}/lstm/memory.cpp)
+    ${PROJECT_SOURCE_DIR}/lstm/memory.cpp
+    ${PROJECT_SOURCE_DIR}/lstm/io/safetensors.cpp
+    ${LSTM_NATIVE_SOURCES})
+# Adam's square root: with errno left alone it vectorises (kernels/cpu/native/optim.cpp).
+set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cpu/native/optim.cpp
+    PROPERTIES COMPILE_OPTIONS -fno-math-errno)
 target_compile_definitions(lstm_variants PUBLIC
     LSTM_WITH_CUDA=${LSTM_WITH_CUDA}
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
     LSTM_WITH_ONEDNN=${LSTM_WITH_ONEDNN})
-target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX Eigen3::Eigen)
+target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX Eigen3::Eigen
+    PRIVATE nlohmann_json::nlohmann_json)
 if(LSTM_WITH_CUDA)
     target_link_libraries(lstm_variants PUBLIC lstm_cuda)
 endif()

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <utility>
 
-// Eigen through the library's own include, which silences GCC 12's false warnings in it.
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "lstm/detail/onednn_hooks.hpp"
@@ -50,7 +49,7 @@ std::string simd_dispatch() {
            std::to_string(kernels::cpu::simd_float_lanes()) + " float lanes)";
 }
 
-std::string eigen_instruction_sets() { return Eigen::SimdInstructionSetsInUse(); }
+std::string eigen_instruction_sets() { return kernels::cpu::gemm_instruction_sets(); }
 
 std::string variant_path(const Variant& variant) {
     if (variant.device() == Device::cuda) {

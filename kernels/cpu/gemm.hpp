@@ -1,52 +1,14 @@
 #pragma once
 
-// Row-major GEMM with BLAS semantics on raw host pointers, built on Eigen's product kernels.
-// Raw math only: nothing from lstm/ is included, nothing is validated, nothing throws.
+// Row-major GEMM with BLAS semantics on raw host pointers. Raw math only: nothing from lstm/ is
+// included, nothing is validated, nothing throws. Declared here and compiled once, for float and
+// double, in lstm_variants (kernels/cpu/native/gemm.cpp, Eigen's product kernels built for the
+// library's instruction set), so a program that includes this header compiles no Eigen and runs
+// the library's GEMM whatever its own compiler flags.
 
 #include <cstdint>
 
-// GCC 12's AVX-512 intrinsics initialise their "undefined" vectors from themselves, which its
-// flow analysis reports as -W(maybe-)uninitialized inside every Eigen product built with
-// -march=native (GCC bug 105593, fixed in GCC 13). The false positive is silenced for Eigen's own
-// code only; a region around the include also covers the templates instantiated later. Eigen
-// 3.4's AVX-512 bfloat16 helpers also leave unused variables, visible when Eigen comes in with
-// -I rather than as a system include.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wunused-variable"
-#endif
-#include <Eigen/Core>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 namespace lstm::kernels::cpu {
-
-namespace gemm_detail {
-
-template <typename T>
-using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// A strided row-major view: `ld` elements between the starts of consecutive rows.
-template <typename T>
-using ConstStridedMap = Eigen::Map<const RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using StridedMap = Eigen::Map<RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-// C = beta * C for an m x n block, where beta == 0 writes zeros without reading C (BLAS: C may
-// hold NaN or be uninitialized when beta is zero).
-template <typename T>
-void scale_block(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
-    StridedMap<T> c_map(c, m, n, Eigen::OuterStride<>(ldc));
-    if (beta == T(0))
-        c_map.setZero();
-    else if (beta != T(1))
-        c_map *= beta;
-}
-
-}  // namespace gemm_detail
 
 // C = alpha * op(A) * op(B) + beta * C, all host, row-major with leading dimensions (elements
 // between row starts); overwrites C when beta == 0 (C is then never read), else adds to beta * C.
@@ -54,41 +16,13 @@ void scale_block(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
 // op(B) is (k, n): B is stored (k, n) with ldb >= n, or (n, k) with ldb >= k when trans_b.
 // C is (m, n) with ldc >= n and must not overlap A or B. As in BLAS, A and B are not read when
 // alpha == 0 or k == 0. Eigen may use its own OpenMP threads for large products; it stays serial
-// when called from inside a parallel region, so callers never get nested teams.
+// when called from inside a parallel region, so callers never get nested teams. T is float or
+// double (the instantiations the library compiles).
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-    using gemm_detail::ConstStridedMap;
-    using gemm_detail::StridedMap;
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0 || alpha == T(0)) {
-        gemm_detail::scale_block(m, n, beta, c, ldc);
-        return;
-    }
-    // Each map describes the matrix as stored; a transpose is a free expression that Eigen's
-    // product kernel folds into its packing, so no operand is ever copied here.
-    const ConstStridedMap<T> a_map(a, trans_a ? k : m, trans_a ? m : k, Eigen::OuterStride<>(lda));
-    const ConstStridedMap<T> b_map(b, trans_b ? n : k, trans_b ? k : n, Eigen::OuterStride<>(ldb));
-    StridedMap<T> c_map(c, m, n, Eigen::OuterStride<>(ldc));
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
-    // The four transpose cases are spelled out because op() has a different expression type per
-    // case; a runtime-chosen expression would need a temporary.
-    auto assign = [&](const auto& op_a, const auto& op_b) {
-        if (beta == T(0)) {
-            c_map.noalias() = alpha * op_a * op_b;  // Eigen zeroes C before accumulating
-        } else {
-            if (beta != T(1)) c_map *= beta;
-            c_map.noalias() += alpha * op_a * op_b;
-        }
-    };
-    if (!trans_a && !trans_b)
-        assign(a_map, b_map);
-    else if (!trans_a && trans_b)
-        assign(a_map, b_map.transpose());
-    else if (trans_a && !trans_b)
-        assign(a_map.transpose(), b_map);
-    else
-        assign(a_map.transpose(), b_map.transpose());
-}
+// The SIMD instruction sets that GEMM was compiled for, in Eigen's words ("AVX512, FMA, ...").
+const char* gemm_instruction_sets();
 
 }  // namespace lstm::kernels::cpu

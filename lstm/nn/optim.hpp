@@ -4,15 +4,15 @@
 // model trained here follows the same trajectory as in PyTorch (up to rounding). Buffers live on
 // the host or on a CUDA device (each pair in one memory space, its optimizer state next to it);
 // the optimizer only reads the gradients, which belong to whoever registered them. The
-// per-element update is the one kernels/cuda/optim.hpp defines for both the CPU loop and the CUDA
-// kernel.
+// per-element update is the one kernels/cuda/optim.hpp defines for both the CPU loop (compiled in
+// the library, kernels/cpu/optim.hpp) and the CUDA kernel.
 
 #include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/optim.hpp"
+#include "kernels/cpu/optim.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
@@ -24,10 +24,6 @@
 namespace lstm::nn {
 
 namespace detail {
-
-// Below this many elements an OpenMP team costs more than the update it would split. The pragmas
-// are guarded so that a consumer built without OpenMP gets a serial loop and no warning.
-constexpr int64_t kOptimParallelMin = int64_t(1) << 15;
 
 inline void check_buffer_pair(const char* fn, int64_t params_size, const void* params_data,
                               int64_t grads_size, const void* grads_data) {
@@ -160,10 +156,7 @@ private:
 #endif
             return;
         }
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n >= detail::kOptimParallelMin)
-#endif
-        for (int64_t i = 0; i < n; ++i) kernels::sgd_element(i, p, g, buf, c);
+        kernels::cpu::sgd_update(n, p, g, buf, c);
     }
 
     SgdOptions options_;
@@ -296,10 +289,7 @@ private:
 #endif
             return;
         }
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n >= detail::kOptimParallelMin)
-#endif
-        for (int64_t i = 0; i < n; ++i) kernels::adam_element(i, p, g, m, v, c);
+        kernels::cpu::adam_update(n, p, g, m, v, c);
     }
 
     AdamOptions options_;

@@ -1,0 +1,93 @@
+// The definition of kernels/cpu/gemm.hpp's GEMM on Eigen's product kernels, instantiated for
+// float and double. Part of lstm_variants, so Eigen is compiled once, with that target's
+// instruction set (-march=native under LSTM_NATIVE_ARCH), not in every program.
+
+#include "kernels/cpu/gemm.hpp"
+
+// GCC 12's AVX-512 intrinsics initialise their "undefined" vectors from themselves, which its
+// flow analysis reports as -W(maybe-)uninitialized inside every Eigen product built with
+// -march=native (GCC bug 105593, fixed in GCC 13). The false positive is silenced for Eigen's own
+// code only; a region around the include also covers the templates instantiated later. Eigen
+// 3.4's AVX-512 bfloat16 helpers also leave unused variables, visible when Eigen comes in with
+// -I rather than as a system include.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#endif
+#include <Eigen/Core>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace lstm::kernels::cpu {
+
+namespace gemm_detail {
+
+template <typename T>
+using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// A strided row-major view: `ld` elements between the starts of consecutive rows.
+template <typename T>
+using ConstStridedMap = Eigen::Map<const RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T>
+using StridedMap = Eigen::Map<RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// C = beta * C for an m x n block, where beta == 0 writes zeros without reading C (BLAS: C may
+// hold NaN or be uninitialized when beta is zero).
+template <typename T>
+void scale_block(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
+    StridedMap<T> c_map(c, m, n, Eigen::OuterStride<>(ldc));
+    if (beta == T(0))
+        c_map.setZero();
+    else if (beta != T(1))
+        c_map *= beta;
+}
+
+}  // namespace gemm_detail
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+    using gemm_detail::ConstStridedMap;
+    using gemm_detail::StridedMap;
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || alpha == T(0)) {
+        gemm_detail::scale_block(m, n, beta, c, ldc);
+        return;
+    }
+    // Each map describes the matrix as stored; a transpose is a free expression that Eigen's
+    // product kernel folds into its packing, so no operand is ever copied here.
+    const ConstStridedMap<T> a_map(a, trans_a ? k : m, trans_a ? m : k, Eigen::OuterStride<>(lda));
+    const ConstStridedMap<T> b_map(b, trans_b ? n : k, trans_b ? k : n, Eigen::OuterStride<>(ldb));
+    StridedMap<T> c_map(c, m, n, Eigen::OuterStride<>(ldc));
+
+    // The four transpose cases are spelled out because op() has a different expression type per
+    // case; a runtime-chosen expression would need a temporary.
+    auto assign = [&](const auto& op_a, const auto& op_b) {
+        if (beta == T(0)) {
+            c_map.noalias() = alpha * op_a * op_b;  // Eigen zeroes C before accumulating
+        } else {
+            if (beta != T(1)) c_map *= beta;
+            c_map.noalias() += alpha * op_a * op_b;
+        }
+    };
+    if (!trans_a && !trans_b)
+        assign(a_map, b_map);
+    else if (!trans_a && trans_b)
+        assign(a_map, b_map.transpose());
+    else if (trans_a && !trans_b)
+        assign(a_map.transpose(), b_map);
+    else
+        assign(a_map.transpose(), b_map.transpose());
+}
+
+const char* gemm_instruction_sets() { return Eigen::SimdInstructionSetsInUse(); }
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
+
+}  // namespace lstm::kernels::cpu
