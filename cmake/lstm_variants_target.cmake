@@ -1,7 +1,8 @@
 # lstm_variants: the registry and every variant's host code (lstm/registry.cpp), the report of
-# the paths they take (lstm/host_info.cpp), the host memory query (lstm/memory.cpp) and the
-# safetensors reader and writer (lstm/io/safetensors.cpp), compiled once in the library instead of
-# in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
+# the paths they take (lstm/host_info.cpp), the host memory query (lstm/memory.cpp), the
+# safetensors reader and writer (lstm/io/safetensors.cpp) and the float and double instances of
+# Lstm, the dense layer, the optimizers and SequenceModel (lstm/templates.cpp), compiled once in
+# the library instead of in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
 # (lstm/variant.hpp), and the kernels run at the speed this build gives them, whatever flags the
 # program uses. The fused variant's hot loops dispatch at run time (lstm_cpu, and the AVX-512
 # kernel behind a target pragma); the Eigen code of basic and of fused's portable path is compiled
@@ -17,6 +18,7 @@ lstm_static_part(lstm_variants lstm_variants ${PROJECT_SOURCE_DIR}/lstm/registry
     ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp
     ${PROJECT_SOURCE_DIR}/lstm/memory.cpp
     ${PROJECT_SOURCE_DIR}/lstm/io/safetensors.cpp
+    ${PROJECT_SOURCE_DIR}/lstm/templates.cpp
     ${LSTM_NATIVE_SOURCES})
 # Adam's square root: with errno left alone it vectorises (kernels/cpu/native/optim.cpp).
 set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cpu/native/optim.cpp

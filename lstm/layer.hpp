@@ -614,4 +614,9 @@ private:
 
 using Lstm = LstmT<float>;
 
+// Compiled once, for float and double, in lstm_variants (lstm/templates.cpp): a program that uses
+// them compiles only what the compiler chooses to inline.
+extern template class LstmT<float>;
+extern template class LstmT<double>;
+
 }  // namespace lstm

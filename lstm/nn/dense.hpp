@@ -150,4 +150,9 @@ private:
     std::vector<T> grads_;
 };
 
+// Compiled once, for float and double, in lstm_variants (lstm/templates.cpp): a program that uses
+// them compiles only what the compiler chooses to inline.
+extern template class Dense<float>;
+extern template class Dense<double>;
+
 }  // namespace lstm::nn

@@ -481,4 +481,9 @@ private:
     std::function<void()> dense_gradients_ready_;  // see set_dense_gradients_ready
 };
 
+// Compiled once, for float and double, in lstm_variants (lstm/templates.cpp): a program that uses
+// them compiles only what the compiler chooses to inline.
+extern template class SequenceModel<float>;
+extern template class SequenceModel<double>;
+
 }  // namespace lstm::nn

@@ -296,4 +296,11 @@ private:
     std::vector<Entry> entries_;
 };
 
+// Compiled once, for float and double, in lstm_variants (lstm/templates.cpp): a program that uses
+// them compiles only what the compiler chooses to inline.
+extern template class Sgd<float>;
+extern template class Sgd<double>;
+extern template class Adam<float>;
+extern template class Adam<double>;
+
 }  // namespace lstm::nn
