@@ -2,10 +2,6 @@
 
 #include <omp.h>
 
-// Only Eigen's thread setting is used here; no product is instantiated in this file, so the
-// warnings kernels/cpu/gemm.hpp silences around Eigen cannot arise.
-#include <Eigen/Core>
-
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -15,8 +11,9 @@ namespace lstm::bench {
 int all_cpu_threads() { return omp_get_num_procs(); }
 
 void set_cpu_threads(int threads) {
+    // Eigen's GEMM (basic, fused's portable path, the dense layer) follows this too: left unset,
+    // its thread count is omp_get_max_threads().
     omp_set_num_threads(threads);
-    Eigen::setNbThreads(threads);
 #if defined(__SSE__)
     // Gradients reaching back over 1000 steps decay into denormals, which cost ~100x per
     // operation on x86; a variant that flushes them (fused does, as TensorFlow does by default)

@@ -27,8 +27,10 @@ target_compile_definitions(lstm_variants PUBLIC
     LSTM_WITH_CUDA=${LSTM_WITH_CUDA}
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
     LSTM_WITH_ONEDNN=${LSTM_WITH_ONEDNN})
-target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX Eigen3::Eigen
-    PRIVATE nlohmann_json::nlohmann_json)
+# Eigen and nlohmann-json are private: no public header includes them, and a program that
+# included one by accident would fail to compile without their include paths.
+target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX
+    PRIVATE Eigen3::Eigen nlohmann_json::nlohmann_json)
 if(LSTM_WITH_CUDA)
     target_link_libraries(lstm_variants PUBLIC lstm_cuda)
 endif()
