@@ -247,8 +247,18 @@ TEST_CASE("Optimizers reject mismatched buffers and invalid options", "[nn]") {
     Adam<float> adam;
     CHECK_THROWS_WITH(adam.add(Span<float>(params), Span<const float>(grads)),
                       Catch::Contains("grads has 4 elements, but params has 5"));
+    // Overlapping params and grads (the loops are vectorised assuming they do not overlap):
+    // the same buffer, and grads starting one element into params.
+    std::vector<float> both(6);
+    CHECK_THROWS_WITH(sgd.add(Span<float>(both.data(), 5), Span<const float>(both.data(), 5)),
+                      Catch::Contains("params and grads overlap (5 elements each, 0 bytes apart)"));
+    CHECK_THROWS_WITH(adam.add(Span<float>(both.data(), 5), Span<const float>(both.data() + 1, 5)),
+                      Catch::Contains("params and grads overlap (5 elements each, 4 bytes apart)"));
     CHECK(sgd.buffer_count() == 0);
     CHECK(adam.buffer_count() == 0);
+    // Adjacent is not overlapping.
+    adam.add(Span<float>(both.data(), 3), Span<const float>(both.data() + 3, 3));
+    CHECK(adam.buffer_count() == 1);
 
     CHECK_THROWS_WITH(Sgd<float>(SgdOptions{-0.1}), Catch::Contains("lr must be >= 0, got -0.1"));
     CHECK_THROWS_WITH(Sgd<float>(SgdOptions{0.1, 0.9, 0.5, 0, true}),

@@ -8,6 +8,7 @@
 // the library, kernels/cpu/optim.hpp) and the CUDA kernel.
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -25,12 +26,21 @@ namespace lstm::nn {
 
 namespace detail {
 
+// element_bytes: the size of one element of both buffers.
 inline void check_buffer_pair(const char* fn, int64_t params_size, const void* params_data,
-                              int64_t grads_size, const void* grads_data) {
+                              int64_t grads_size, const void* grads_data, size_t element_bytes) {
     check(grads_size == params_size, fn, ": grads has ", grads_size, " elements, but params has ",
           params_size, "; they must match");
     check(params_size == 0 || (params_data != nullptr && grads_data != nullptr), fn,
           ": params or grads has no data for ", params_size, " elements");
+    // The update loops are vectorised on the promise that what they write (params) is not what
+    // they read (grads).
+    const auto p = reinterpret_cast<uintptr_t>(params_data);
+    const auto g = reinterpret_cast<uintptr_t>(grads_data);
+    const uintptr_t bytes = static_cast<uintptr_t>(params_size) * element_bytes;
+    check(params_size == 0 || p + bytes <= g || g + bytes <= p, fn, ": params and grads overlap (",
+          params_size, " elements each, ", p < g ? g - p : p - g,
+          " bytes apart); they must be separate buffers");
 }
 
 // Checks a device-tagged pair: same memory space, and a context for cuda (ordering the updates on
@@ -38,7 +48,7 @@ inline void check_buffer_pair(const char* fn, int64_t params_size, const void* p
 template <typename T>
 Device check_device_pair(const char* fn, const TensorView<T>& params,
                          const TensorView<const T>& grads, const cuda::Context* context) {
-    check_buffer_pair(fn, params.numel(), params.data(), grads.numel(), grads.data());
+    check_buffer_pair(fn, params.numel(), params.data(), grads.numel(), grads.data(), sizeof(T));
     check(params.device() == grads.device(), fn, ": params is on ", to_string(params.device()),
           " but grads is on ", to_string(grads.device()), "; they must share a device");
     check(params.device() == Device::cpu || context != nullptr, fn,
@@ -98,7 +108,8 @@ public:
     // Registers a host buffer pair of equal size; allocates its momentum buffer (when momentum is
     // used) here, once, so that step() never allocates. Both buffers must outlive the optimizer.
     void add(Span<T> params, Span<const T> grads) {
-        detail::check_buffer_pair("Sgd::add", params.size, params.data, grads.size, grads.data);
+        detail::check_buffer_pair("Sgd::add", params.size, params.data, grads.size, grads.data,
+                                  sizeof(T));
         add_target({params.data, grads.data, params.size, Device::cpu, nullptr});
     }
 
@@ -210,7 +221,8 @@ public:
     // that step() never allocates. Each buffer pair keeps its own step count, as PyTorch keeps
     // one per parameter. Both buffers must outlive the optimizer.
     void add(Span<T> params, Span<const T> grads) {
-        detail::check_buffer_pair("Adam::add", params.size, params.data, grads.size, grads.data);
+        detail::check_buffer_pair("Adam::add", params.size, params.data, grads.size, grads.data,
+                                  sizeof(T));
         add_target({params.data, grads.data, params.size, Device::cpu, nullptr});
     }
 
