@@ -28,6 +28,7 @@ void split_range(int64_t n, const F& range) {
     }
 }
 
+// Elements [begin, end) of sgd_update / adam_update (host arrays as there, updated in place).
 // The coefficients are taken by value: as locals, the loops' stores cannot alias them, so their
 // loads and branches are hoisted out of the loops.
 template <typename T>
