@@ -28,6 +28,7 @@
 
 #include "kernels/common/gates.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/split.hpp"
 
 namespace lstm::kernels::cpu {
 
@@ -79,21 +80,6 @@ struct FusedLayout {
         return (unit / kUnitBlock * 4 + gate) * kUnitBlock + unit % kUnitBlock;
     }
 };
-
-// The unit blocks [begin, end) a thread owns: a balanced, contiguous split of nb blocks among
-// `threads`, fixed by (nb, threads) alone.
-struct BlockRange {
-    int64_t begin, end;
-    int64_t count() const { return end - begin; }
-};
-inline BlockRange block_range(int64_t blocks, int thread, int threads) {
-    return {blocks * thread / threads, blocks * (thread + 1) / threads};
-}
-
-// Rows [begin, end) of `rows` for one thread: the split used by row-partitioned work.
-inline BlockRange row_range(int64_t rows, int thread, int threads) {
-    return {rows * thread / threads, rows * (thread + 1) / threads};
-}
 
 // ------------------------------------------------------------------------------------------------
 // Compact, length-sorted rows

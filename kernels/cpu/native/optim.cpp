@@ -9,6 +9,8 @@
 
 #include <omp.h>
 
+#include "kernels/cpu/split.hpp"
+
 namespace lstm::kernels::cpu {
 
 namespace {
@@ -23,8 +25,8 @@ template <typename F>
 void split_range(int64_t n, const F& range) {
 #pragma omp parallel if (n >= kParallelMin)
     {
-        const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-        range(n * t / threads, n * (t + 1) / threads);
+        const BlockRange share = row_range(n, omp_get_thread_num(), omp_get_num_threads());
+        range(share.begin, share.end);
     }
 }
 
