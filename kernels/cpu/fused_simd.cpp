@@ -144,13 +144,28 @@ HWY_INLINE V exp_v(V x) {
     return hn::Mul(hn::Mul(p, pow2(half)), pow2(hn::Sub(ni, half)));
 }
 
-// 1 / (1 + e^-x): exactly 0 and 1 at the extremes, as gates.hpp's sigmoid. Min/Max keep a NaN
-// on x86 and NEON but drop it on the emulated target; the select makes every target propagate it.
+// Whether Min and Max return a NaN operand: x86's min/max return their second operand when
+// either is NaN, which the clamps here pass as x, and NEON's propagate it; the emulated targets
+// drop it. Where they keep it, a NaN flows through the arithmetic to the result by itself.
+#if (HWY_ARCH_X86 || HWY_ARCH_ARM_A64) && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+constexpr bool kClampKeepsNaN = true;
+#else
+constexpr bool kClampKeepsNaN = false;
+#endif
+
+// y, or x where x is NaN on the targets whose clamps drop it (see kClampKeepsNaN). Elsewhere the
+// select is waste: without it sigmoid plus tanh take 1.10 instead of 1.27 ns per element (AVX2
+// target, EPYC Zen 4), and the forward step's epilogue runs five of them per unit.
+HWY_INLINE V nan_from(V x, V y) {
+    if constexpr (kClampKeepsNaN) return y;
+    return hn::IfThenElse(hn::IsNaN(x), x, y);
+}
+
+// 1 / (1 + e^-x): exactly 0 and 1 at the extremes, as gates.hpp's sigmoid; NaN stays NaN.
 HWY_INLINE V sigmoid_v(V x) {
     const D d;
     const V one = hn::Set(d, 1.0f);
-    const V s = hn::Div(one, hn::Add(one, exp_v(hn::Neg(x))));
-    return hn::IfThenElse(hn::IsNaN(x), x, s);
+    return nan_from(x, hn::Div(one, hn::Add(one, exp_v(hn::Neg(x)))));
 }
 
 // tanh x = sign(x) e / (e + 2) with e = expm1(2|x|). expm1 keeps its relative accuracy near 0
@@ -179,7 +194,7 @@ HWY_INLINE V tanh_v(V x) {
     // q 2^n is exact (a power of two), so this rounds once, as scalef followed by an add does.
     const V e = hn::MulAdd(q, two_n, hn::Sub(two_n, one));
     const V t = hn::Div(e, hn::Add(e, hn::Set(d, 2.0f)));
-    return hn::IfThenElse(hn::IsNaN(x), x, hn::CopySignToAbs(t, x));
+    return nan_from(x, hn::CopySignToAbs(t, x));
 }
 
 struct VecGates {
