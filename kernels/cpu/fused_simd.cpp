@@ -114,7 +114,8 @@ using Int = std::integral_constant<int, K>;
 
 // ---- vector math: the functions of kernels/common/gates.hpp, N lanes at a time ---------------
 
-// 2^n for integer n in [-126, 127], built in the exponent field.
+// 2^n for integer n in [-126, 127], built in the exponent field; n = -127 gives 0 and n = 128
+// gives +inf.
 HWY_INLINE V pow2(VI n) {
     const DI di;
     return hn::BitCast(D(), hn::ShiftLeft<23>(hn::Add(n, hn::Set(di, 127))));
@@ -139,13 +140,16 @@ HWY_INLINE Rounded round_product(V x, float scale) {
     return {hn::Sub(sum, shift), hn::Sub(hn::BitCast(di, sum), hn::BitCast(di, shift))};
 }
 
-// e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is exact), e^r by its
-// degree-7 Taylor polynomial (truncation below 1e-8 relative), then 2^n as two powers of two of
-// at most 2^64 each: n reaches [-150, 128] after the clamp, and two normal factors over- and
-// underflow the product the way expf does (+inf above, 0 or a denormal below).
-HWY_INLINE V exp_v(V x) {
+// e^x for 1 / (1 + e^x): x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so n ln2 is
+// exact), e^r by its degree-7 Taylor polynomial (truncation below 1e-8 relative), times 2^n built
+// in the exponent field. x is clamped to [-88, 89], so n is in [-127, 128]: 2^-127 comes out as 0
+// and 2^128 as +inf, where 1 + e^x is 1 and +inf anyway. Only a sigmoid below 2^-126 (x in
+// [-88.7, -88.4]) comes out 0 instead of a denormal, and the fused kernels flush denormals to
+// zero. One power of two instead of two (which made every e^x exact down to the denormals):
+// sigmoid plus tanh 0.98-1.01 -> 0.85-0.88 ns per element (AVX2 target, EPYC Zen 4).
+HWY_INLINE V exp_for_sigmoid(V x) {
     const D d;
-    x = hn::Min(hn::Set(d, 89.0f), hn::Max(hn::Set(d, -104.0f), x));
+    x = hn::Min(hn::Set(d, 89.0f), hn::Max(hn::Set(d, -88.0f), x));
     const Rounded n_both = round_product(x, 1.44269504f);
     const V n = n_both.f;
     V r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);
@@ -158,9 +162,7 @@ HWY_INLINE V exp_v(V x) {
     p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
     p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
     p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-    const VI ni = n_both.i;
-    const VI half = hn::ShiftRight<1>(ni);
-    return hn::Mul(hn::Mul(p, pow2(half)), pow2(hn::Sub(ni, half)));
+    return hn::Mul(p, pow2(n_both.i));
 }
 
 // Whether Min and Max return a NaN operand: x86's min/max return their second operand when
@@ -184,7 +186,7 @@ HWY_INLINE V nan_from(V x, V y) {
 HWY_INLINE V sigmoid_v(V x) {
     const D d;
     const V one = hn::Set(d, 1.0f);
-    return nan_from(x, hn::Div(one, hn::Add(one, exp_v(hn::Neg(x)))));
+    return nan_from(x, hn::Div(one, hn::Add(one, exp_for_sigmoid(hn::Neg(x)))));
 }
 
 // tanh x = sign(x) e / (e + 2) with e = expm1(2|x|). expm1 keeps its relative accuracy near 0
