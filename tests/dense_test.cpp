@@ -216,6 +216,16 @@ TEMPLATE_TEST_CASE("gather_last_step and scatter_last_step use each sequence's l
     want[18] = 1, want[19] = 2, want[2] = 3, want[3] = 4, want[16] = 5, want[17] = 6;
     CHECK(dy == want);
 
+    // rescatter_last_step clears only the rows the call above wrote (steps 3, 0, 2) and gives
+    // what scatter_last_step gives for the new lengths.
+    const std::vector<int64_t> previous = {3, 0, 2}, next = {2, 4, 1};
+    lstm::nn::rescatter_last_step(TensorView<const T>(dout.data(), {batch, features}), next,
+                                  previous, TensorView<T>(dy.data(), {steps, batch, features}));
+    std::vector<T> fresh(y.size(), std::numeric_limits<T>::quiet_NaN());
+    lstm::nn::scatter_last_step(TensorView<const T>(dout.data(), {batch, features}), next,
+                                TensorView<T>(fresh.data(), {steps, batch, features}));
+    CHECK(dy == fresh);
+
     // No lengths: every sequence ends at T - 1.
     lstm::nn::gather_last_step(TensorView<T>(y.data(), {steps, batch, features}),
                                Span<const int64_t>{}, TensorView<T>(out.data(), {batch, features}));
@@ -241,6 +251,17 @@ TEST_CASE("gather_last_step and scatter_last_step reject bad lengths and shapes"
         lstm::nn::scatter_last_step(TensorView<double>(out.data(), {batch, features}), lengths,
                                     TensorView<double>(y.data(), {steps * batch, features})),
         Catch::Contains("dy must have rank 3"));
+    const std::vector<int64_t> previous_short = {0}, previous_past = {0, 3};
+    CHECK_THROWS_WITH(
+        lstm::nn::rescatter_last_step(TensorView<const double>(ov), lengths, previous_short, yv),
+        Catch::Contains("previous must have N = 2 elements, got 1"));
+    CHECK_THROWS_WITH(
+        lstm::nn::rescatter_last_step(TensorView<const double>(ov), lengths, previous_past, yv),
+        Catch::Contains("previous[1] = 3 is not a step of T = 3"));
+    lengths = {0, 1};
+    CHECK_THROWS_WITH(
+        lstm::nn::rescatter_last_step(TensorView<const double>(ov), lengths, previous_past, yv),
+        Catch::Contains("rescatter_last_step: lengths[0] = 0 must be >= 1"));
 }
 
 TEST_CASE("A last-step classification head matches finite differences end to end", "[nn][loss]") {

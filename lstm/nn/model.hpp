@@ -396,7 +396,7 @@ private:
             if (mean)
                 scatter_mean_pool(dfeatures, lengths, dy);
             else
-                rescatter_last_step(dfeatures, lengths, dy);
+                scatter_last_step_host(dfeatures, lengths, dy);
             return;
         }
 #if LSTM_WITH_CUDA
@@ -453,43 +453,28 @@ private:
 #endif
     }
 
-    // scatter_last_step (lstm/nn/sequence.hpp) on the host, for the ce_last_step head, the only
-    // writer of its dy_: when dy is where the previous step scattered, with the same shape, only
-    // that step's N rows are non-zero, and clearing them replaces zeroing all of the (T, N, H)
-    // dy, which grows with the whole sequence and ran on one thread while the others waited
-    // (0.53-0.61 ms per step for braun/1x320-CE-long's 41 MB, 0.23-0.40 ms for CE-short's 8 MB,
-    // EPYC Zen 4 guest; 0.005-0.009 ms now).
-    void rescatter_last_step(TensorView<const T> dout, Span<const int64_t> lengths,
-                             TensorView<T> dy) {
-        const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
+    // scatter_last_step on the host for the ce_last_step head, the only writer of its dy_: when
+    // dy is where the previous step scattered, with the same shape, only that step's N rows are
+    // non-zero, and rescatter_last_step (lstm/nn/sequence.hpp) clears those instead of zeroing
+    // all of the (T, N, H) dy, which ran on one thread while the others waited (0.53-0.61 ms per
+    // step for braun/1x320-CE-long's 41 MB, 0.23-0.40 ms for CE-short's 8 MB, EPYC Zen 4 guest;
+    // 0.005-0.009 ms now).
+    void scatter_last_step_host(TensorView<const T> dout, Span<const int64_t> lengths,
+                                TensorView<T> dy) {
+        const int64_t steps = dy.size(0), batch = dy.size(1);
         const bool same = scattered_.data == dy.data() && scattered_.steps == steps &&
-                          scattered_.features == features &&
+                          scattered_.features == dy.size(2) &&
                           static_cast<int64_t>(scattered_.rows.size()) == batch;
-        if (!same) {
+        if (same)
+            rescatter_last_step(dout, lengths, Span<const int64_t>(scattered_.rows), dy);
+        else
             scatter_last_step(dout, lengths, dy);
-        } else {
-            detail::check_sequence_lengths("scatter_last_step", lengths, steps, batch);
-            check_shape(dout, "scatter_last_step: dout", {batch, features});
-            for (int64_t n = 0; n < batch; ++n) {
-                T* row =
-                    dy.data() + (scattered_.rows[static_cast<size_t>(n)] * batch + n) * features;
-                std::fill(row, row + features, T(0));
-            }
-            for (int64_t n = 0; n < batch; ++n) {
-                const T* src = dout.data() + n * features;
-                std::copy(src, src + features,
-                          dy.data() + (last_step(lengths, n, steps) * batch + n) * features);
-            }
-        }
         scattered_.data = dy.data();
         scattered_.steps = steps;
-        scattered_.features = features;
+        scattered_.features = dy.size(2);
         scattered_.rows.resize(static_cast<size_t>(batch));
         for (int64_t n = 0; n < batch; ++n)
-            scattered_.rows[static_cast<size_t>(n)] = last_step(lengths, n, steps);
-    }
-    static int64_t last_step(Span<const int64_t> lengths, int64_t n, int64_t steps) {
-        return (lengths.empty() ? steps : lengths[static_cast<size_t>(n)]) - 1;
+            scattered_.rows[static_cast<size_t>(n)] = detail::last_step(lengths, n, steps);
     }
 
     static size_t bytes_of(int64_t elements) { return static_cast<size_t>(elements) * sizeof(T); }
@@ -518,7 +503,8 @@ private:
     lstm::detail::AlignedBuffer ctc_workspace_;
     std::vector<T> sample_losses_;  // cpu ctc head: each sample's loss, for infeasible_is_error
     Buffer dhn_;                    // ce_final_state: the gradient of hn, on the model's device
-    // Where rescatter_last_step last wrote into dy_ (data, shape) and each sequence's step there.
+    // Where scatter_last_step_host last wrote into dy_ (data, shape) and each sequence's step
+    // there.
     struct Scattered {
         const T* data = nullptr;
         int64_t steps = 0, features = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "lstm/error.hpp"
@@ -35,6 +36,33 @@ void check_sequence_host(const TensorView<T>& view, const char* fn, const char* 
           ", but only cpu tensors are supported so far");
 }
 
+// The step of sequence n's last valid frame: lengths[n] - 1, or T - 1 when lengths is empty.
+inline int64_t last_step(Span<const int64_t> lengths, int64_t n, int64_t steps) {
+    return (lengths.empty() ? steps : lengths[n]) - 1;
+}
+
+// Validates scatter_last_step's arguments (the name of the caller in fn).
+template <typename T>
+void check_scatter_last_step(const char* fn, TensorView<const T> dout, Span<const int64_t> lengths,
+                             TensorView<T> dy) {
+    check(dy.rank() == 3, fn, ": dy must have rank 3 (T, N, F), got shape ", dy.shape_string());
+    detail::check_sequence_host(dout, fn, "dout");
+    detail::check_sequence_host(dy, fn, "dy");
+    check_shape(dout, (std::string(fn) + ": dout").c_str(), {dy.size(1), dy.size(2)});
+    detail::check_sequence_lengths(fn, lengths, dy.size(0), dy.size(1));
+}
+
+// dy[last_step(n), n, :] = dout[n, :] for every n; nothing else of dy is touched.
+template <typename T>
+void place_last_steps(TensorView<const T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
+    const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
+    for (int64_t n = 0; n < batch; ++n) {
+        const T* src = dout.data() + n * features;
+        std::copy(src, src + features,
+                  dy.data() + (last_step(lengths, n, steps) * batch + n) * features);
+    }
+}
+
 }  // namespace detail
 
 // out[n, :] = y[lengths[n] - 1, n, :]; y (T, N, F) time-major, out (N, F) overwritten, both host,
@@ -49,8 +77,7 @@ void gather_last_step(TensorView<const T> y, Span<const int64_t> lengths, Tensor
     check_shape(out, "gather_last_step: out", {batch, features});
     detail::check_sequence_lengths(fn, lengths, steps, batch);
     for (int64_t n = 0; n < batch; ++n) {
-        const int64_t t = (lengths.empty() ? steps : lengths[n]) - 1;
-        const T* src = y.data() + (t * batch + n) * features;
+        const T* src = y.data() + (detail::last_step(lengths, n, steps) * batch + n) * features;
         std::copy(src, src + features, out.data() + n * features);
     }
 }
@@ -66,19 +93,30 @@ void gather_last_step(TensorView<T> y, Span<const int64_t> lengths, TensorView<T
 // lengths (N) each in 1..T, or empty for all T.
 template <typename T>
 void scatter_last_step(TensorView<const T> dout, Span<const int64_t> lengths, TensorView<T> dy) {
-    constexpr const char* fn = "scatter_last_step";
-    check(dy.rank() == 3, fn, ": dy must have rank 3 (T, N, F), got shape ", dy.shape_string());
-    const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
-    detail::check_sequence_host(dout, fn, "dout");
-    detail::check_sequence_host(dy, fn, "dy");
-    check_shape(dout, "scatter_last_step: dout", {batch, features});
-    detail::check_sequence_lengths(fn, lengths, steps, batch);
+    detail::check_scatter_last_step("scatter_last_step", dout, lengths, dy);
     std::fill(dy.data(), dy.data() + dy.numel(), T(0));
+    detail::place_last_steps(dout, lengths, dy);
+}
+
+// scatter_last_step into a dy that is zero except at the rows an earlier scatter_last_step of
+// the same shape wrote: previous (N) holds that call's steps, one per sequence
+// (previous[n] = its lengths[n] - 1). Clears those N rows instead of all of dy, whose size grows
+// with the whole sequence, then scatters as scatter_last_step. Arguments otherwise as there.
+template <typename T>
+void rescatter_last_step(TensorView<const T> dout, Span<const int64_t> lengths,
+                         Span<const int64_t> previous, TensorView<T> dy) {
+    constexpr const char* fn = "rescatter_last_step";
+    detail::check_scatter_last_step(fn, dout, lengths, dy);
+    const int64_t steps = dy.size(0), batch = dy.size(1), features = dy.size(2);
+    check(previous.size == batch, fn, ": previous must have N = ", batch, " elements, got ",
+          previous.size);
     for (int64_t n = 0; n < batch; ++n) {
-        const int64_t t = (lengths.empty() ? steps : lengths[n]) - 1;
-        const T* src = dout.data() + n * features;
-        std::copy(src, src + features, dy.data() + (t * batch + n) * features);
+        check(previous[n] >= 0 && previous[n] < steps, fn, ": previous[", n, "] = ", previous[n],
+              " is not a step of T = ", steps);
+        T* row = dy.data() + (previous[n] * batch + n) * features;
+        std::fill(row, row + features, T(0));
     }
+    detail::place_last_steps(dout, lengths, dy);
 }
 
 // Same for a mutable dout, so that callers need not spell out the const view.
