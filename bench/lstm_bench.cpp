@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "activations_bench.hpp"
 #include "braun_bench.hpp"
 #include "contention.hpp"
 #include "ctc_bench.hpp"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     lstm::bench::register_ctc_cases(flags);
     lstm::bench::register_imdb_cases(flags);
     lstm::bench::register_deepbench_cases(flags);
+    lstm::bench::register_activation_cases();
     // Every count a CPU case runs with: braun, deepbench and loss/ctc use --lstm_threads,
     // bahrampour its own sweep unless that flag is given.
     std::vector<int> cpu_threads = flags.threads;
