@@ -36,9 +36,18 @@ std::string cpu_instruction_sets() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     const auto yes_no = [](bool has) { return has ? std::string(" yes") : std::string(" no"); };
-    return "AVX2" + yes_no(__builtin_cpu_supports("avx2")) + ", FMA" +
-           yes_no(__builtin_cpu_supports("fma")) + ", AVX-512F" +
-           yes_no(__builtin_cpu_supports("avx512f"));
+    const std::string sets = "AVX2" + yes_no(__builtin_cpu_supports("avx2")) + ", FMA" +
+                             yes_no(__builtin_cpu_supports("fma")) + ", AVX-512F" +
+                             yes_no(__builtin_cpu_supports("avx512f"));
+    switch (kernels::cpu::isa_cap()) {
+        case kernels::cpu::SimdCap::all:
+            return sets;
+        case kernels::cpu::SimdCap::avx2:
+            return sets + "; LSTM_MAX_CPU_ISA = avx2: AVX-512 left unused";
+        case kernels::cpu::SimdCap::sse4:
+            return sets + "; LSTM_MAX_CPU_ISA = sse4: AVX2 and AVX-512 left unused";
+    }
+    return sets;
 #else
     return "not x86-64 (AVX2, FMA, AVX-512F do not apply)";
 #endif

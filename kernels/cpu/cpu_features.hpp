@@ -22,7 +22,56 @@
 #define LSTM_HAVE_MXCSR 0
 #endif
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "lstm/error.hpp"
+
 namespace lstm::kernels::cpu {
+
+// Ceilings for the instruction sets the CPU kernels use on x86-64, widest first: all (whatever
+// the CPU has), avx2 (no AVX-512), sse4 (no AVX2 either: 128-bit vectors).
+enum class SimdCap { all, avx2, sse4 };
+
+// The ceiling LSTM_MAX_CPU_ISA names: unset, empty or "all" -> all; "avx2"; "sse4". Throws
+// lstm::Error naming the variable for anything else.
+inline SimdCap parse_isa_cap(const char* value) {
+    if (value == nullptr || *value == '\0' || std::strcmp(value, "all") == 0) return SimdCap::all;
+    if (std::strcmp(value, "avx2") == 0) return SimdCap::avx2;
+    if (std::strcmp(value, "sse4") == 0) return SimdCap::sse4;
+    fail("LSTM_MAX_CPU_ISA = '", value, "' is not one of all, avx2, sse4");
+}
+
+// The process's ceiling, LSTM_MAX_CPU_ISA read at the first use, as oneDNN reads its
+// DNNL_MAX_CPU_ISA. It lets a wider machine run everything a narrower one runs: fused's default
+// path and which of its paths exist, the tests that skip what the CPU lacks, and the Highway
+// kernels' dispatch (kernels/cpu/simd.hpp: the CTC loss, the FMA peak).
+inline SimdCap isa_cap() {
+    static const SimdCap cap = parse_isa_cap(std::getenv("LSTM_MAX_CPU_ISA"));
+    return cap;
+}
+
+// The value isa_cap() came from: "all", "avx2" or "sse4".
+inline const char* isa_cap_name(SimdCap cap) {
+    switch (cap) {
+        case SimdCap::all:
+            return "all";
+        case SimdCap::avx2:
+            return "avx2";
+        case SimdCap::sse4:
+            return "sse4";
+    }
+    return "?";
+}
+
+// For messages that say an instruction set is missing: where isa_cap() is what hides it, the
+// user should hear so.
+inline std::string isa_cap_note() {
+    if (isa_cap() == SimdCap::all) return "";
+    return std::string(" (LSTM_MAX_CPU_ISA = ") + isa_cap_name(isa_cap()) +
+           " caps what it may use)";
+}
 
 // Sets flush-to-zero and denormals-are-zero on the calling thread for its lifetime and restores
 // the caller's setting after. Gradients that decay through a long sequence (a loss on the last
@@ -48,30 +97,31 @@ private:
 };
 
 // True when the processor and the operating system support AVX-512F with FMA, what
-// kernels/cpu/avx512_gemm.hpp needs. __builtin_cpu_supports also checks that the OS saves the
-// AVX-512 registers (XCR0), so a true here means the instructions run, not just that they exist.
+// kernels/cpu/avx512_gemm.hpp needs, and isa_cap() allows it. __builtin_cpu_supports also checks
+// that the OS saves the AVX-512 registers (XCR0), so a true here means the instructions run, not
+// just that they exist.
 inline bool cpu_has_avx512() {
 #if LSTM_HAVE_AVX512_KERNELS
     static const bool has = [] {
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
     }();
-    return has;
+    return has && isa_cap() == SimdCap::all;
 #else
     return false;
 #endif
 }
 
 // True when the processor and the operating system support AVX2 with FMA, what the fused
-// variant's Highway kernels (kernels/cpu/fused_simd.hpp) need for their AVX2 target; checked the
-// same way as cpu_has_avx512(). False off x86-64.
+// variant's Highway kernels (kernels/cpu/fused_simd.hpp) need for their AVX2 target, and
+// isa_cap() allows it; checked the same way as cpu_has_avx512(). False off x86-64.
 inline bool cpu_has_avx2_fma() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static const bool has = [] {
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }();
-    return has;
+    return has && isa_cap() != SimdCap::sse4;
 #else
     return false;
 #endif

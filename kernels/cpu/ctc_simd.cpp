@@ -25,6 +25,7 @@
 #endif
 
 #include "kernels/cpu/ctc_simd.hpp"
+#include "kernels/cpu/simd.hpp"
 
 #if defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
 #error "kernels/cpu/ctc_simd.cpp represents impossible paths by -inf; do not build with -ffast-math"
@@ -832,11 +833,13 @@ size_t carve_ctc_scratch(void* base, int64_t max_time, int64_t classes, int64_t 
 
 double ctc_sample(const float* input, float* grad, const int64_t* labels, const CtcSampleDims& dims,
                   const CtcScratch& scratch) {
+    apply_isa_cap();
     return HWY_DYNAMIC_DISPATCH(SampleF32)(input, grad, labels, dims, scratch);
 }
 
 double ctc_sample(const double* input, double* grad, const int64_t* labels,
                   const CtcSampleDims& dims, const CtcScratch& scratch) {
+    apply_isa_cap();
     return HWY_DYNAMIC_DISPATCH(SampleF64)(input, grad, labels, dims, scratch);
 }
 

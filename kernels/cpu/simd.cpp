@@ -7,6 +7,9 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
+#include <atomic>
+
 HWY_BEFORE_NAMESPACE();
 namespace lstm::kernels::cpu {
 namespace HWY_NAMESPACE {
@@ -49,15 +52,30 @@ HWY_EXPORT(TargetBits);
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(FmaPeakLoop);
 
-const char* simd_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetBits)()); }
+const char* simd_target_name() {
+    apply_isa_cap();
+    return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetBits)());
+}
 
-int64_t simd_float_lanes() { return HWY_DYNAMIC_DISPATCH(FloatLanes)(); }
+int64_t simd_float_lanes() {
+    apply_isa_cap();
+    return HWY_DYNAMIC_DISPATCH(FloatLanes)();
+}
 
 void restrict_simd_to_avx2(bool avx2_max) {
     restrict_simd(avx2_max ? SimdCap::avx2 : SimdCap::all);
 }
 
+namespace {
+// Whether isa_cap() is in force in the dispatch: set by the first restrict_simd(), which always
+// includes it.
+std::atomic<bool> cap_applied{false};
+}  // namespace
+
 void restrict_simd(SimdCap cap) {
+    cap_applied.store(true, std::memory_order_release);
+    // The enumerators run from widest to narrowest, so the larger one is the tighter ceiling.
+    cap = std::max(cap, isa_cap());
     const int64_t above_avx2 = HWY_AVX3 | HWY_AVX3_DL;
     const int64_t disabled = cap == SimdCap::avx2   ? above_avx2
                              : cap == SimdCap::sse4 ? above_avx2 | HWY_AVX2
@@ -66,7 +84,30 @@ void restrict_simd(SimdCap cap) {
     hwy::DisableTargets(disabled);
 }
 
-int64_t fma_peak_loop(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaPeakLoop)(iterations); }
+void apply_isa_cap() {
+    // After any restrict_simd() there is nothing to do (and its narrower cap must stay); without
+    // a ceiling, Highway's own choice stands.
+    if (cap_applied.load(std::memory_order_acquire)) return;
+    if (isa_cap() == SimdCap::all) {
+        cap_applied.store(true, std::memory_order_release);
+        return;
+    }
+    restrict_simd(SimdCap::all);
+}
+
+int64_t supported_targets() {
+    apply_isa_cap();
+    const int64_t targets = hwy::SupportedTargets();
+    // SupportedTargets() has just pointed the dispatch at the widest target the CPU has; point it
+    // back at the capped set it returned.
+    hwy::GetChosenTarget().Update(targets);
+    return targets;
+}
+
+int64_t fma_peak_loop(int64_t iterations) {
+    apply_isa_cap();
+    return HWY_DYNAMIC_DISPATCH(FmaPeakLoop)(iterations);
+}
 
 }  // namespace lstm::kernels::cpu
 #endif

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_features.hpp"
+
 namespace lstm::kernels::cpu {
 
 // Highway's name of the instruction set the dispatched kernels run on this CPU ("AVX3",
@@ -21,14 +23,21 @@ int64_t simd_float_lanes();
 // Takes effect for calls that start after it returns.
 void restrict_simd_to_avx2(bool avx2_max);
 
-// Ceilings for the dispatched kernels' instruction set on x86-64, widest first.
-enum class SimdCap { all, avx2, sse4 };
-
 // Caps the dispatched kernels at `cap` (all: whatever the CPU has; avx2: as
-// restrict_simd_to_avx2(true); sse4: 128-bit vectors, for testing the narrow code path) for calls
-// that start after it returns. A CPU without the capped set runs a narrower one: check
-// simd_target_name(). No effect on other architectures' targets.
+// restrict_simd_to_avx2(true); sse4: 128-bit vectors, for testing the narrow code path), or at
+// isa_cap() (LSTM_MAX_CPU_ISA) where that is narrower, for calls that start after it returns. A
+// CPU without the capped set runs a narrower one: check simd_target_name(). No effect on other
+// architectures' targets.
 void restrict_simd(SimdCap cap);
+
+// Applies isa_cap() to the dispatch once per process; every dispatching entry point of lstm_cpu
+// calls it before its first dispatch.
+void apply_isa_cap();
+
+// The Highway targets this CPU runs after the caps above (a bit set of HWY_* target bits). Use it
+// instead of hwy::SupportedTargets(), which in Highway 1.0 also re-detects the CPU and points the
+// dispatch back at the widest target it has, caps or not.
+int64_t supported_targets();
 
 // Runs `iterations` rounds of independent fp32 FMA chains on the dispatched instruction set, on
 // the calling thread, and returns the floating-point operations done (2 per lane per FMA). Timing

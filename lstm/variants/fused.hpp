@@ -127,9 +127,11 @@ inline bool fused_isa_available(FusedIsa isa) {
 // start after it returns; safe to call from any thread.
 inline void set_fused_isa(FusedIsa isa) {
     check(isa != FusedIsa::avx512 || fused_isa_available(isa),
-          "set_fused_isa(avx512): this CPU (or compiler) has no AVX-512F; use eigen or automatic");
+          "set_fused_isa(avx512): this CPU (or compiler) has no AVX-512F",
+          kernels::cpu::isa_cap_note(), "; use eigen or automatic");
     check(isa != FusedIsa::avx2 || fused_isa_available(isa),
-          "set_fused_isa(avx2): this CPU (or build) has no AVX2 with FMA; use eigen or automatic");
+          "set_fused_isa(avx2): this CPU (or build) has no AVX2 with FMA",
+          kernels::cpu::isa_cap_note(), "; use eigen or automatic");
     fused_detail::isa_override().store(static_cast<int>(isa));
 }
 
@@ -138,9 +140,11 @@ inline FusedIsa fused_isa() {
     FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
     if (isa == FusedIsa::automatic) isa = fused_detail::parse_isa_env();
     if (isa == FusedIsa::avx512 && !fused_isa_available(isa))
-        fail_as<Unsupported>("LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F");
+        fail_as<Unsupported>("LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F",
+                             kernels::cpu::isa_cap_note());
     if (isa == FusedIsa::avx2 && !fused_isa_available(isa))
-        fail_as<Unsupported>("LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA");
+        fail_as<Unsupported>("LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA",
+                             kernels::cpu::isa_cap_note());
     if (isa == FusedIsa::automatic) {
         if (fused_isa_available(FusedIsa::avx512))
             isa = FusedIsa::avx512;

@@ -1,0 +1,109 @@
+// LSTM_MAX_CPU_ISA (kernels/cpu/cpu_features.hpp): the ceiling under which a wider machine runs
+// what a narrower one runs. The checks hold in every process, capped or not; ctest runs this
+// executable again under LSTM_MAX_CPU_ISA=avx2 and =sse4 (tests/CMakeLists.txt), where they check
+// that the cap reaches every path, and every other case checks what such a machine computes.
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/fused_simd.hpp"
+#include "kernels/cpu/simd.hpp"
+#include "lstm/host_info.hpp"
+#include "lstm/variants/fused.hpp"
+#include "simd_levels.hpp"
+
+using namespace lstm;
+using Catch::Contains;
+using kernels::cpu::SimdCap;
+
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) {
+    return s.compare(0, std::strlen(prefix), prefix) == 0;
+}
+
+// Whether set_fused_isa(isa) refuses with a message naming the cap; the override is lifted
+// again either way, so a failure here cannot change the later cases' path.
+std::string refusal(cpu::FusedIsa isa) {
+    std::string message;
+    try {
+        cpu::set_fused_isa(isa);
+    } catch (const Error& e) {
+        message = e.what();
+    }
+    cpu::set_fused_isa(cpu::FusedIsa::automatic);
+    return message;
+}
+
+}  // namespace
+
+TEST_CASE("LSTM_MAX_CPU_ISA takes all, avx2 and sse4, and names itself otherwise", "[isa_cap]") {
+    using kernels::cpu::parse_isa_cap;
+    CHECK(parse_isa_cap(nullptr) == SimdCap::all);
+    CHECK(parse_isa_cap("") == SimdCap::all);
+    CHECK(parse_isa_cap("all") == SimdCap::all);
+    CHECK(parse_isa_cap("avx2") == SimdCap::avx2);
+    CHECK(parse_isa_cap("sse4") == SimdCap::sse4);
+    for (const char* bad : {"AVX2", "avx512", "avx2 ", "sse41"}) {
+        INFO("value '" << bad << "'");
+        CHECK_THROWS_AS(parse_isa_cap(bad), InvalidArgument);
+        CHECK_THROWS_WITH(parse_isa_cap(bad), Contains("LSTM_MAX_CPU_ISA = '" + std::string(bad) +
+                                                       "' is not one of all, avx2, sse4"));
+    }
+}
+
+TEST_CASE("this process's LSTM_MAX_CPU_ISA reaches every path", "[isa_cap]") {
+#if !defined(__x86_64__) || !(defined(__GNUC__) || defined(__clang__))
+    LSTM_SKIP("not x86-64 with GCC or Clang: the cap applies to x86 instruction sets only");
+#else
+    const SimdCap cap = kernels::cpu::isa_cap();
+    const std::string target = kernels::cpu::simd_target_name();
+    const std::string cpu_isa = host_facts()[1].value;
+    INFO("LSTM_MAX_CPU_ISA = " << kernels::cpu::isa_cap_name(cap) << ", dispatched " << target
+                               << ", cpu_isa '" << cpu_isa << "'");
+    // What the processor itself reports, which the cap must hide and nothing else may.
+    __builtin_cpu_init();
+    const bool fma = __builtin_cpu_supports("fma");
+    const bool avx512 = LSTM_HAVE_AVX512_KERNELS && __builtin_cpu_supports("avx512f") && fma;
+    const bool avx2 = __builtin_cpu_supports("avx2") && fma;
+    // The CTC kernel runs whatever the dispatch runs.
+    CHECK(ctc_kernel_path() == "Highway " + target);
+    switch (cap) {
+        case SimdCap::all:
+            CHECK(kernels::cpu::cpu_has_avx512() == avx512);
+            CHECK(kernels::cpu::cpu_has_avx2_fma() == avx2);
+            CHECK(cpu_isa.find("LSTM_MAX_CPU_ISA") == std::string::npos);
+            break;
+        case SimdCap::avx2:
+            CHECK_FALSE(kernels::cpu::cpu_has_avx512());
+            CHECK(kernels::cpu::cpu_has_avx2_fma() == avx2);
+            CHECK_FALSE(starts_with(target, "AVX3"));
+            CHECK(cpu::fused_isa() != cpu::FusedIsa::avx512);
+            CHECK_THAT(refusal(cpu::FusedIsa::avx512), Contains("LSTM_MAX_CPU_ISA = avx2"));
+            CHECK_THAT(cpu_isa, Contains("LSTM_MAX_CPU_ISA = avx2: AVX-512 left unused"));
+            break;
+        case SimdCap::sse4:
+            CHECK_FALSE(kernels::cpu::cpu_has_avx512());
+            CHECK_FALSE(kernels::cpu::cpu_has_avx2_fma());
+            CHECK_FALSE(starts_with(target, "AVX"));  // neither AVX2 nor AVX3*
+            CHECK(cpu::fused_isa() == cpu::FusedIsa::eigen);
+            CHECK_THAT(refusal(cpu::FusedIsa::avx2), Contains("LSTM_MAX_CPU_ISA = sse4"));
+            CHECK_THAT(cpu_isa, Contains("LSTM_MAX_CPU_ISA = sse4: AVX2 and AVX-512 left unused"));
+            break;
+    }
+#endif
+}
+
+TEST_CASE("a capped dispatch stays capped after the fused kernels list the CPU's targets",
+          "[isa_cap]") {
+    // Highway 1.0's SupportedTargets() points the dispatch back at the widest target the CPU has;
+    // kernels::cpu::supported_targets(), which the fused kernels call, points it back at the cap.
+    const test::SimdCapScope scope(SimdCap::avx2);
+    if (!scope.runs_cap()) LSTM_SKIP(scope.why_not());
+    CHECK(kernels::cpu::simd_fused_targets() != 0);
+    CHECK(std::string(kernels::cpu::simd_target_name()) == "AVX2");
+    CHECK(kernels::cpu::supported_targets() != 0);
+    CHECK(std::string(kernels::cpu::simd_target_name()) == "AVX2");
+}
