@@ -80,7 +80,8 @@ TEST_CASE("fused (avx512, avx2) training forward and backward allocate nothing i
         ran = true;
     }
     if (!ran)
-        LSTM_SKIP("no AVX-512F and no AVX2 with FMA on this CPU: no SIMD fused path runs here");
+        LSTM_SKIP("no AVX-512F and no AVX2 with FMA on this CPU"
+                  << kernels::cpu::isa_cap_note() << ": no SIMD fused path runs here");
 }
 
 TEST_CASE("the allocation counter sees allocations", "[memory]") {

@@ -201,7 +201,9 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
 TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]") {
     const std::vector<FusedIsa> isas = available_isas();
     if (isas.size() < 2) {
-        LSTM_SKIP("no AVX2 or AVX-512F on this CPU: only the eigen path exists, nothing to mix");
+        LSTM_SKIP("no AVX2 or AVX-512F on this CPU"
+                  << kernels::cpu::isa_cap_note()
+                  << ": only the eigen path exists, nothing to mix");
     }
     // All paths write the same reserve layout; a backward may follow a forward of another.
     for (const Shape& s : {tile_shapes()[0], projection_shape()}) {
@@ -284,7 +286,8 @@ TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
 
 TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread count", "[fused]") {
     if (ordered_isas().empty()) {
-        LSTM_SKIP("no AVX2 or AVX-512F on this CPU: the guarantee is the SIMD paths'");
+        LSTM_SKIP("no AVX2 or AVX-512F on this CPU" << kernels::cpu::isa_cap_note()
+                                                    << ": the guarantee is the SIMD paths'");
     }
     // Every output element is summed in the same order whatever the split of blocks, rows and
     // steps among threads, so 1, 2, 3 and 5 threads (5 > blocks of a layer here) agree exactly.
@@ -580,7 +583,8 @@ void vector_activations(const float* x, float* sig, float* tanh_out) {
 
 TEST_CASE("fused: AVX-512 gate math agrees with kernels/common/gates.hpp", "[fused]") {
     if (!kernels::cpu::cpu_has_avx512()) {
-        LSTM_SKIP("no AVX-512F on this CPU: its gate math cannot run here");
+        LSTM_SKIP("no AVX-512F on this CPU" << kernels::cpu::isa_cap_note()
+                                            << ": its gate math cannot run here");
     }
     check_gate_math(vector_activations, vector_gate_math);
 }

@@ -88,7 +88,8 @@ public:
 
     std::string why_not() const {
         return std::string("this CPU cannot run the ") + (cap_ == SimdCap::avx2 ? "AVX2" : "SSE4") +
-               " kernels (dispatched: " + kernels::cpu::simd_target_name() + ")";
+               " kernels (dispatched: " + kernels::cpu::simd_target_name() + ")" +
+               kernels::cpu::isa_cap_note();
     }
 
 private:
