@@ -46,7 +46,11 @@ TEST_CASE("LSTM_MAX_CPU_ISA takes all, avx2 and sse4, and names itself otherwise
     CHECK(parse_isa_cap("all") == SimdCap::all);
     CHECK(parse_isa_cap("avx2") == SimdCap::avx2);
     CHECK(parse_isa_cap("sse4") == SimdCap::sse4);
-    for (const char* bad : {"AVX2", "avx512", "avx2 ", "sse41"}) {
+    // Upper case too, as DNNL_MAX_CPU_ISA is written.
+    CHECK(parse_isa_cap("ALL") == SimdCap::all);
+    CHECK(parse_isa_cap("AVX2") == SimdCap::avx2);
+    CHECK(parse_isa_cap("Sse4") == SimdCap::sse4);
+    for (const char* bad : {"avx512", "AVX512_CORE", "avx2 ", "sse41", "SSE41"}) {
         INFO("value '" << bad << "'");
         CHECK_THROWS_AS(parse_isa_cap(bad), InvalidArgument);
         CHECK_THROWS_WITH(parse_isa_cap(bad), Contains("LSTM_MAX_CPU_ISA = '" + std::string(bad) +

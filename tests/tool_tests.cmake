@@ -67,6 +67,20 @@ lstm_tool_cli_test(info_host 0 "${LSTM_TOOL_HOST_REGEX}" info)
 lstm_tool_cli_test(info_state_dict 0
     "input_size 3, hidden_size 5, num_layers 2, bidirectional"
     info ${LSTM_TOOL_DATA}/lstm_bi2_varlen.params.safetensors)
+# LSTM_MAX_CPU_ISA: a capped host reports the cap and the capped paths; a malformed value is a
+# failure (1) whose message names the variable, also from the CTC loss, whose kernel runs inside
+# an OpenMP team that an exception could not leave.
+lstm_tool_cli_test(info_isa_cap 0
+    "cpu_isa .*LSTM_MAX_CPU_ISA = sse4: AVX2 and AVX-512 left unused.*simd_target +(SSE4|SSSE3|SSE2|EMU128).*  fused +cpu +eigen kernels"
+    info)
+lstm_tool_cli_test(info_bad_isa_cap 1 "LSTM_MAX_CPU_ISA = 'avx1024' is not one of all, avx2, sse4"
+    info)
+lstm_tool_cli_test(ctc_bad_isa_cap 1 "LSTM_MAX_CPU_ISA = 'avx1024' is not one of all, avx2, sse4"
+    ctc --inputs ${LSTM_TOOL_DATA}/ctc_logits_padded.inputs.safetensors
+    --out ${LSTM_TOOL_SCRATCH}/ctc_bad_isa_cap.out.safetensors)
+set_tests_properties(tool_cli_info_isa_cap PROPERTIES ENVIRONMENT LSTM_MAX_CPU_ISA=sse4)
+set_tests_properties(tool_cli_info_bad_isa_cap tool_cli_ctc_bad_isa_cap PROPERTIES
+    ENVIRONMENT LSTM_MAX_CPU_ISA=avx1024)
 lstm_tool_cli_test(lstm_fixture_backward 0 ""
     lstm --params ${LSTM_TOOL_DATA}/lstm_bi2_varlen.params.safetensors
     --inputs ${LSTM_TOOL_DATA}/lstm_bi2_varlen.inputs.safetensors

@@ -22,8 +22,8 @@
 #define LSTM_HAVE_MXCSR 0
 #endif
 
+#include <cctype>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "lstm/error.hpp"
@@ -34,12 +34,16 @@ namespace lstm::kernels::cpu {
 // the CPU has), avx2 (no AVX-512), sse4 (no AVX2 either: 128-bit vectors).
 enum class SimdCap { all, avx2, sse4 };
 
-// The ceiling LSTM_MAX_CPU_ISA names: unset, empty or "all" -> all; "avx2"; "sse4". Throws
-// lstm::Error naming the variable for anything else.
+// The ceiling LSTM_MAX_CPU_ISA names, in any case (DNNL_MAX_CPU_ISA's values are upper case):
+// unset, empty or "all" -> all; "avx2"; "sse4". Throws lstm::Error naming the variable for
+// anything else.
 inline SimdCap parse_isa_cap(const char* value) {
-    if (value == nullptr || *value == '\0' || std::strcmp(value, "all") == 0) return SimdCap::all;
-    if (std::strcmp(value, "avx2") == 0) return SimdCap::avx2;
-    if (std::strcmp(value, "sse4") == 0) return SimdCap::sse4;
+    if (value == nullptr) return SimdCap::all;
+    std::string lower(value);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.empty() || lower == "all") return SimdCap::all;
+    if (lower == "avx2") return SimdCap::avx2;
+    if (lower == "sse4") return SimdCap::sse4;
     fail("LSTM_MAX_CPU_ISA = '", value, "' is not one of all, avx2, sse4");
 }
 

@@ -26,6 +26,7 @@
 #include <limits>
 
 #include "kernels/cpu/ctc_simd.hpp"
+#include "kernels/cpu/simd.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -167,6 +168,9 @@ const double* ctc_loss(const CtcProblem<T>& p, void* workspace, size_t workspace
     std::stable_sort(shared.order, shared.order + p.batch,
                      [&](int64_t a, int64_t b) { return work(a) > work(b); });
 
+    // A malformed LSTM_MAX_CPU_ISA is reported here, on the calling thread: thrown inside the
+    // team, the error could not leave the parallel region.
+    apply_isa_cap();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
 #endif

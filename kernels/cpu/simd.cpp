@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 HWY_BEFORE_NAMESPACE();
 namespace lstm::kernels::cpu {
@@ -86,13 +87,18 @@ void restrict_simd(SimdCap cap) {
 
 void apply_isa_cap() {
     // After any restrict_simd() there is nothing to do (and its narrower cap must stay); without
-    // a ceiling, Highway's own choice stands.
+    // a ceiling, Highway's own choice stands. The first calls may come from every thread of a
+    // team at once (the CTC loss runs samples in parallel): one applies the cap while the others
+    // wait, so none of them dispatches past it.
     if (cap_applied.load(std::memory_order_acquire)) return;
-    if (isa_cap() == SimdCap::all) {
-        cap_applied.store(true, std::memory_order_release);
-        return;
-    }
-    restrict_simd(SimdCap::all);
+    static std::once_flag once;
+    std::call_once(once, [] {
+        if (cap_applied.load(std::memory_order_acquire)) return;
+        if (isa_cap() == SimdCap::all)
+            cap_applied.store(true, std::memory_order_release);
+        else
+            restrict_simd(SimdCap::all);
+    });
 }
 
 int64_t supported_targets() {
