@@ -24,8 +24,8 @@ bool starts_with(const std::string& s, const char* prefix) {
     return s.compare(0, std::strlen(prefix), prefix) == 0;
 }
 
-// Whether set_fused_isa(isa) refuses with a message naming the cap; the override is lifted
-// again either way, so a failure here cannot change the later cases' path.
+// The message with which set_fused_isa(isa) refuses (empty where it accepts); the override is
+// lifted again either way, so a failure here cannot change the later cases' path.
 std::string refusal(cpu::FusedIsa isa) {
     std::string message;
     try {
