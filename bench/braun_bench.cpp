@@ -24,10 +24,45 @@
 
 namespace lstm::bench {
 
+nn::ModelConfig braun_model_config(const BraunScenario& s) {
+    nn::ModelConfig m;
+    m.lstm = s.config;
+    m.classes = s.classes;
+    m.dense_bias = false;
+    m.head = s.loss == BraunLoss::ctc ? nn::Head::ctc : nn::Head::ce_last_step;
+    m.adam.lr = kBraunAdamLr;
+    return m;
+}
+
+std::optional<std::string> why_braun_not_runnable(const BraunScenario& s, const Variant& v) {
+    if (auto why = v.supports(s.config, DType::f32)) return *why;
+    if (s.lengths != BraunLengths::all_full) {
+        if (auto why = v.supports_variable_lengths()) return *why;
+    }
+    return std::nullopt;
+}
+
+// The check is deterministic per (variant, scenario): data and initial parameters come from fixed
+// seeds. Repetitions, thread counts and the paired cases reuse its verdict instead of paying for
+// it again.
+std::optional<std::string> braun_reference_verdict(const BraunScenario& s, const Variant& v,
+                                                   const nn::ModelConfig& m,
+                                                   nn::SequenceModel<float>& model,
+                                                   const BraunData& data) {
+    static std::map<std::string, std::optional<std::string>> verdicts;
+    const std::string key = std::string(s.name) + "/" + to_string(v.device()) + "/" + v.name();
+    const auto found = verdicts.find(key);
+    if (found != verdicts.end()) return found->second;
+    const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
+    // The parameters wherever they live; a cuda variant is checked through device buffers.
+    auto verdict = check_layer_against_reference(v, m.lstm, x, Span<const int64_t>(data.lengths),
+                                                 model.lstm());
+    verdicts.emplace(key, verdict);
+    return verdict;
+}
+
 namespace {
 
-// Any fixed value; fixed so that every run and every variant starts from the same parameters.
-constexpr uint64_t kBraunModelSeed = 0;
 constexpr double kFlopsPerGflop = 1e9;
 
 struct BraunCase {
@@ -45,50 +80,12 @@ std::string case_name(const BraunCase& c) {
     return name + "/threads:" + std::to_string(c.threads);
 }
 
-// Why the case cannot run at all; every such case is reported with its reason, never dropped.
-std::optional<std::string> why_not_runnable(const BraunScenario& s, const Variant& v) {
-    if (auto why = v.supports(s.config, DType::f32)) return *why;
-    if (s.lengths != BraunLengths::all_full) {
-        if (auto why = v.supports_variable_lengths()) return *why;
-    }
-    return std::nullopt;
-}
-
-nn::ModelConfig model_config(const BraunScenario& s) {
-    nn::ModelConfig m;
-    m.lstm = s.config;
-    m.classes = s.classes;
-    m.dense_bias = false;
-    m.head = s.loss == BraunLoss::ctc ? nn::Head::ctc : nn::Head::ce_last_step;
-    m.adam.lr = kBraunAdamLr;
-    return m;
-}
-
-// The reference check is deterministic per (variant, scenario): data and initial parameters come
-// from fixed seeds. Repetitions and thread counts reuse its verdict instead of paying for it again.
-std::optional<std::string> cached_reference_check(const BraunCase& c, const nn::ModelConfig& m,
-                                                  nn::SequenceModel<float>& model,
-                                                  const BraunData& data) {
-    static std::map<std::string, std::optional<std::string>> verdicts;
-    const std::string key = std::string(c.scenario->name) + "/" + to_string(c.variant->device()) +
-                            "/" + c.variant->name();
-    const auto found = verdicts.find(key);
-    if (found != verdicts.end()) return found->second;
-    const BraunScenario& s = *c.scenario;
-    const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
-    // The parameters wherever they live; a cuda variant is checked through device buffers.
-    auto verdict = check_layer_against_reference(*c.variant, m.lstm, x,
-                                                 Span<const int64_t>(data.lengths), model.lstm());
-    verdicts.emplace(key, verdict);
-    return verdict;
-}
-
 void time_training_steps(benchmark::State& state, const BraunCase& c) {
     const BraunScenario& s = *c.scenario;
-    const nn::ModelConfig m = model_config(s);
+    const nn::ModelConfig m = braun_model_config(s);
     const BraunData data = make_braun_data(s);
     nn::SequenceModel<float> model(m, c.variant->name(), c.variant->device(), kBraunModelSeed);
-    if (auto why = cached_reference_check(c, m, model, data)) {
+    if (auto why = braun_reference_verdict(s, *c.variant, m, model, data)) {
         state.SkipWithError(why->c_str());
         return;
     }
@@ -137,7 +134,8 @@ void run_case(benchmark::State& state, const BraunCase& c) {
         state.SkipWithError(why->c_str());
         return;
     }
-    if (auto why = why_not_runnable(*c.scenario, *c.variant)) {
+    // Every case that cannot run is reported with its reason, never dropped.
+    if (auto why = why_braun_not_runnable(*c.scenario, *c.variant)) {
         state.SkipWithError(why->c_str());
         return;
     }

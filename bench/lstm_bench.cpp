@@ -17,6 +17,7 @@
 #include "flags.hpp"
 #include "host_context.hpp"
 #include "imdb_bench.hpp"
+#include "pair_bench.hpp"
 
 int main(int argc, char** argv) {
     lstm::bench::BenchFlags flags;
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv, lstm::bench::print_help);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     lstm::bench::register_braun_cases(flags);
+    lstm::bench::register_pair_cases(flags);
     lstm::bench::register_ctc_cases(flags);
     lstm::bench::register_imdb_cases(flags);
     lstm::bench::register_deepbench_cases(flags);
