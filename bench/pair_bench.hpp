@@ -1,7 +1,7 @@
 #pragma once
 
 // Paired cases: a CPU variant and oneDNN train the same Braun scenario in one process, one step
-// each in turn, named pair/braun/<scenario>/cpu/<variant>:onednn/threads:K. On a shared machine
+// each in turn, named pair/<scenario>/cpu/<variant>:onednn/threads:K. On a shared machine
 // whose speed drifts from minute to minute (and from one process to the next), two cases timed
 // apart each carry their own share of that drift; two steps timed a quarter of a second apart
 // carry nearly the same, so the ratio of each pair is steadier than the ratio of two medians.
