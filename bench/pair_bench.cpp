@@ -143,8 +143,8 @@ void register_pair_cases(const BenchFlags& flags) {
             if (v->device() != Device::cpu || v == peer) continue;
             for (int threads : flags.threads) {
                 const PairCase c{&s, v, peer, threads, flags.warmup_steps};
-                const std::string name = std::string("pair/") + s.name + "/cpu/" + v->name() +
-                                         ":" + kPeer + "/threads:" + std::to_string(threads);
+                const std::string name = std::string("pair/") + s.name + "/cpu/" + v->name() + ":" +
+                                         kPeer + "/threads:" + std::to_string(threads);
                 // Manual time: each iteration reports the pair's two steps.
                 benchmark::RegisterBenchmark(name.c_str(),
                                              [c](benchmark::State& state) { run_pair(state, c); })
