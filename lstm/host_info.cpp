@@ -39,15 +39,10 @@ std::string cpu_instruction_sets() {
     const std::string sets = "AVX2" + yes_no(__builtin_cpu_supports("avx2")) + ", FMA" +
                              yes_no(__builtin_cpu_supports("fma")) + ", AVX-512F" +
                              yes_no(__builtin_cpu_supports("avx512f"));
-    switch (kernels::cpu::isa_cap()) {
-        case kernels::cpu::SimdCap::all:
-            return sets;
-        case kernels::cpu::SimdCap::avx2:
-            return sets + "; LSTM_MAX_CPU_ISA = avx2: AVX-512 left unused";
-        case kernels::cpu::SimdCap::sse4:
-            return sets + "; LSTM_MAX_CPU_ISA = sse4: AVX2 and AVX-512 left unused";
-    }
-    return sets;
+    const kernels::cpu::SimdCap cap = kernels::cpu::isa_cap();
+    if (cap == kernels::cpu::SimdCap::all) return sets;
+    return sets + "; LSTM_MAX_CPU_ISA = " + kernels::cpu::isa_cap_name(cap) + ": " +
+           (cap == kernels::cpu::SimdCap::avx2 ? "AVX-512" : "AVX2 and AVX-512") + " left unused";
 #else
     return "not x86-64 (AVX2, FMA, AVX-512F do not apply)";
 #endif

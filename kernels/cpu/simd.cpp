@@ -74,9 +74,10 @@ std::atomic<bool> cap_applied{false};
 }  // namespace
 
 void restrict_simd(SimdCap cap) {
-    cap_applied.store(true, std::memory_order_release);
     // The enumerators run from widest to narrowest, so the larger one is the tighter ceiling.
+    // isa_cap() first: a malformed LSTM_MAX_CPU_ISA throws before the cap counts as applied.
     cap = std::max(cap, isa_cap());
+    cap_applied.store(true, std::memory_order_release);
     const int64_t above_avx2 = HWY_AVX3 | HWY_AVX3_DL;
     const int64_t disabled = cap == SimdCap::avx2   ? above_avx2
                              : cap == SimdCap::sse4 ? above_avx2 | HWY_AVX2
