@@ -15,7 +15,10 @@
 // the element-wise work of a step needs only the thread's own GEMM output, and a step ends with
 // one barrier (the next step reads every thread's h_t, or dgates in backward). GEMMs inside the
 // team are single-threaded. Work split by rows (dx) and by steps (gather, scatter) uses the same
-// team.
+// team. A bidirectional layer on an even team of the SIMD paths runs its two directions side by
+// side, each on half of the team (a kernels/cpu/crew.hpp crew with its own barrier and its own
+// scratch, CellScratch), so the halves never wait for each other inside the layer; with 2
+// threads each thread runs one whole direction without a single barrier.
 //
 // Instruction sets (float only; double always takes the portable path):
 //  - avx512: kernels/cpu/avx512_gemm.hpp, own register-blocked GEMMs with the gate math in the
@@ -71,6 +74,7 @@
 
 #include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/crew.hpp"
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/team.hpp"
@@ -198,23 +202,19 @@ inline int64_t max_input(const Config& config) {
                                  : config.input_size;
 }
 
-// Scratch of one call. Rows are compact and length-sorted (kernels/cpu/fused_cell.hpp).
+// Scratch of one cell (layer and direction) in flight. A bidirectional layer whose directions
+// run side by side (FusedLoop::side_by_side) has one per direction.
 template <typename T>
-struct Workspace {
-    detail::BatchOrder batch;
-    int64_t* offsets;  // (T + 1) compact row of step t's first row; offsets[T] = S
-    int64_t* lengths;  // (N) length of sorted row r
-    RowRun<T>* runs;   // (2T + 2) partners of h_{t-1} in the recurrent weight gradient
-    T* x_sorted;       // (S, x_stride) the layer-0 input
-    T* ping;           // (S, W) W = max(x_stride, D*sw): inference layer output / backward d_out
-    T* pong;           // (S, W) the other half of the pair
-    T* gates;          // (N, G) inference: one step's gates (training keeps all in the reserve)
-    T* h_init;         // (N, Hp) this cell's h0, sorted, zero-padded
-    T* c_init;         // (N, Hp) this cell's c0
-    T* c_run;          // (N, Hp) inference: running c_t
-    T* dc_run;         // (N, Hp) backward: gradient carried into c
-    T* dhn;            // (N, Hp) backward: dhn of this cell, sorted
-    T* dh0;            // (N, Hp) backward: gradient w.r.t. h0, sorted
+struct CellScratch {
+    RowRun<T>* runs;     // (2T + 2) partners of h_{t-1} in the recurrent weight gradient
+    int64_t* run_count;  // (1) how many of runs make_h_runs filled
+    T* gates;            // (N, G) inference: one step's gates (training keeps all in the reserve)
+    T* h_init;           // (N, Hp) this cell's h0, sorted, zero-padded
+    T* c_init;           // (N, Hp) this cell's c0
+    T* c_run;            // (N, Hp) inference: running c_t
+    T* dc_run;           // (N, Hp) backward: gradient carried into c
+    T* dhn;              // (N, Hp) backward: dhn of this cell, sorted
+    T* dh0;              // (N, Hp) backward: gradient w.r.t. h0, sorted
     FusedBuffers<T> kern;
     // Projections only (null without); h_init, dhn and dh0 above then hold P < Hp columns.
     T* h_raw;      // (N, Hp) inference: one step's h before the projection; backward: one step's
@@ -222,6 +222,20 @@ struct Workspace {
     T* wr_t;       // (H, P) W_hr transposed, for the forward projection
     T* w_hh_rows;  // (G, P) W_hh rows in interleaved gate order, for dh = dgates W_hh
     T* zeros;      // (Hp) a zero row: the kernel's dy, as dy enters through dh with a projection
+};
+
+// Scratch of one call. Rows are compact and length-sorted (kernels/cpu/fused_cell.hpp).
+template <typename T>
+struct Workspace {
+    detail::BatchOrder batch;
+    int64_t* offsets;  // (T + 1) compact row of step t's first row; offsets[T] = S
+    int64_t* lengths;  // (N) length of sorted row r
+    T* x_sorted;       // (S, x_stride) the layer-0 input
+    T* ping;           // (S, W) W = max(x_stride, D*sw): inference layer output / backward d_out
+    T* pong;           // (S, W) the other half of the pair
+    // Direction d's scratch when the directions run side by side; cells[1] is cells[0] for a
+    // unidirectional model.
+    CellScratch<T> cells[2];
 };
 
 // What a training forward leaves for backward, rows compact and sorted.
@@ -239,39 +253,51 @@ struct Reserve {
 };
 
 template <typename T>
+CellScratch<T> carve_cell_scratch(detail::Carver& carve, const Config& config, int64_t seq_len,
+                                  int64_t batch) {
+    const FusedLayout lay(config.hidden_size, config.state_size());
+    const int64_t hp = lay.hidden_padded;
+    CellScratch<T> c{};
+    c.runs = carve.take<RowRun<T>>(2 * seq_len + 2);
+    c.run_count = carve.take<int64_t>(1);
+    c.gates = carve.take<T>(batch * lay.gate_cols);
+    for (T** state : {&c.h_init, &c.c_init, &c.c_run, &c.dc_run, &c.dhn, &c.dh0})
+        *state = carve.take<T>(batch * hp);
+    const FusedBufferSizes sizes(lay, max_input(config), batch);
+    c.kern.w_ih_fwd = carve.take<T>(sizes.w_ih_fwd);
+    c.kern.w_hh_fwd = carve.take<T>(sizes.w_hh_fwd);
+    c.kern.bias = carve.take<T>(sizes.bias);
+    c.kern.w_hh_bwd = carve.take<T>(sizes.w_hh_bwd);
+    c.kern.w_ih_bwd = carve.take<T>(sizes.w_ih_bwd);
+    c.kern.dh = carve.take<T>(sizes.dh);
+    c.kern.dw = carve.take<T>(sizes.dw);
+    c.kern.a_pack = carve.take<T>(sizes.a_pack);
+    c.kern.b_pack = carve.take<T>(sizes.b_pack);
+    if (config.proj_size > 0) {
+        c.h_raw = carve.take<T>(batch * hp);
+        c.wr_t = carve.take<T>(config.hidden_size * config.proj_size);
+        c.w_hh_rows = carve.take<T>(lay.gate_cols * config.proj_size);
+        c.zeros = carve.take<T>(hp);
+    }
+    return c;
+}
+
+template <typename T>
 Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_t seq_len,
                              int64_t batch) {
-    const FusedLayout lay(config.hidden_size, config.state_size());
-    const int64_t rows = seq_len * batch, hp = lay.hidden_padded;
+    const int64_t rows = seq_len * batch;
     const int64_t width = std::max(x_stride(config), config.output_size());
     Workspace<T> w{};
     w.batch.order = carve.take<int64_t>(batch);
     w.batch.active = carve.take<int64_t>(seq_len);
     w.offsets = carve.take<int64_t>(seq_len + 1);
     w.lengths = carve.take<int64_t>(batch);
-    w.runs = carve.take<RowRun<T>>(2 * seq_len + 2);
     w.x_sorted = carve.take<T>(rows * x_stride(config));
     w.ping = carve.take<T>(rows * width);
     w.pong = carve.take<T>(rows * width);
-    w.gates = carve.take<T>(batch * lay.gate_cols);
-    for (T** state : {&w.h_init, &w.c_init, &w.c_run, &w.dc_run, &w.dhn, &w.dh0})
-        *state = carve.take<T>(batch * hp);
-    const FusedBufferSizes sizes(lay, max_input(config), batch);
-    w.kern.w_ih_fwd = carve.take<T>(sizes.w_ih_fwd);
-    w.kern.w_hh_fwd = carve.take<T>(sizes.w_hh_fwd);
-    w.kern.bias = carve.take<T>(sizes.bias);
-    w.kern.w_hh_bwd = carve.take<T>(sizes.w_hh_bwd);
-    w.kern.w_ih_bwd = carve.take<T>(sizes.w_ih_bwd);
-    w.kern.dh = carve.take<T>(sizes.dh);
-    w.kern.dw = carve.take<T>(sizes.dw);
-    w.kern.a_pack = carve.take<T>(sizes.a_pack);
-    w.kern.b_pack = carve.take<T>(sizes.b_pack);
-    if (config.proj_size > 0) {
-        w.h_raw = carve.take<T>(batch * hp);
-        w.wr_t = carve.take<T>(config.hidden_size * config.proj_size);
-        w.w_hh_rows = carve.take<T>(lay.gate_cols * config.proj_size);
-        w.zeros = carve.take<T>(hp);
-    }
+    w.cells[0] = carve_cell_scratch<T>(carve, config, seq_len, batch);
+    w.cells[1] = config.num_directions() == 2 ? carve_cell_scratch<T>(carve, config, seq_len, batch)
+                                              : w.cells[0];
     return w;
 }
 
@@ -334,10 +360,10 @@ public:
         }
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
-        const K kern(lay_, ws.kern);
+        const K kerns[2] = {K(lay_, ws.cells[0].kern), K(lay_, ws.cells[1].kern)};
         kernels::cpu::run_governed_team(governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
-            forward_team(args, ws, rs, training, kern);
+            forward_team(args, ws, rs, training, kerns);
         });
     }
 
@@ -348,104 +374,152 @@ public:
         const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
         detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
         make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
-        const K kern(lay_, ws.kern);
+        const K kerns[2] = {K(lay_, ws.cells[0].kern), K(lay_, ws.cells[1].kern)};
         kernels::cpu::run_governed_team(governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
-            backward_team(args, ws, rs, kern);
+            backward_team(args, ws, rs, kerns);
         });
     }
 
 private:
-    // The SIMD kernel sets give the same bits for any team size, so their team may shrink under
-    // load; the eigen path keeps the team it is given, or its bits would follow the machine's load.
+    // Whether the kernel set gives the same bits however its work is split among threads: the
+    // SIMD ones do; the eigen path's GEMMs block by the sizes each thread sees.
+    static constexpr bool kSameBitsAnySplit =
+        !std::is_same_v<K, kernels::cpu::PortableFusedKernels<T>>;
+
+    // The SIMD kernel sets' team may shrink under load; the eigen path keeps the team it is
+    // given, or its bits would follow the machine's load.
     static kernels::cpu::TeamGovernor* governor() {
-        constexpr bool same_bits_any_team =
-            !std::is_same_v<K, kernels::cpu::PortableFusedKernels<T>>;
-        return same_bits_any_team ? &kernels::cpu::time_loop_governor() : nullptr;
+        return kSameBitsAnySplit ? &kernels::cpu::time_loop_governor() : nullptr;
     }
 
     int64_t rows_total(const Workspace<T>& ws) const { return ws.offsets[seq_len_]; }
 
+    // Whether the two directions of a bidirectional layer run side by side, each on half of a
+    // team of `threads`: their time loops are independent, so each half meets only itself at
+    // the per-step barriers (2 threads: none at all), and each thread keeps all of one
+    // direction's weights instead of half of both. Halves of an odd team would differ in size
+    // and the larger would wait for the smaller, so odd teams run the directions one after the
+    // other on the whole team, as unidirectional layers do. Only for kernel sets whose bits do
+    // not depend on the split: a split backward (data, then weights on the whole team) must
+    // give the bits of one call.
+    bool side_by_side(int threads) const {
+        return kSameBitsAnySplit && config_.num_directions() == 2 && threads >= 2 &&
+               threads % 2 == 0;
+    }
+
+    // The crew that runs direction d of a layer, for the calling thread of a side_by_side team:
+    // the first half of the team runs direction 0, the second direction 1.
+    kernels::cpu::Crew direction_crew(int64_t d) const {
+        const int half = omp_get_num_threads() / 2;
+        return kernels::cpu::Crew{omp_get_thread_num() - static_cast<int>(d) * half, half,
+                                  &crew_barriers_[d]};
+    }
+
+    // The direction the calling thread of a side_by_side team runs.
+    static int64_t my_direction() {
+        return omp_get_thread_num() < omp_get_num_threads() / 2 ? 0 : 1;
+    }
+
+    // A layer's input (rows ld_in apart) and output (rows config.output_size() apart), host.
+    struct LayerIo {
+        const T* in;
+        int64_t ld_in;
+        T* out;
+    };
+
     // Everything a forward does, run by every thread of the team.
     void forward_team(const ForwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                      bool training, const K& kern) const {
-        const BlockRange own =
-            kernels::cpu::block_range(lay_.blocks, omp_get_thread_num(), omp_get_num_threads());
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
+                      bool training, const K (&kerns)[2]) const {
         const int64_t out_width = config_.output_size(), rows = rows_total(ws);
-        const int64_t proj = config_.proj_size, sw = config_.state_size();
         const BlockRange steps = my_share(seq_len_);
-        // With a projection, h0 / hn and the projection's columns split by P, not by own units.
-        const BlockRange hcols =
-            proj > 0 ? my_share(proj) : BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
         kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
                                      ws.batch.active, ws.offsets, steps.begin, steps.end,
                                      ws.x_sorted, x_stride(config_));
 #pragma omp barrier
-        const T* layer_in = ws.x_sorted;
-        int64_t ld_in = x_stride(config_);
-        T* layer_out = nullptr;
+        const bool sides = side_by_side(omp_get_num_threads());
+        LayerIo io{ws.x_sorted, x_stride(config_), nullptr};
         for (int64_t l = 0; l < config_.num_layers; ++l) {
-            layer_out = training ? rs.out + l * rows * out_width : (l % 2 == 0 ? ws.ping : ws.pong);
-            const int64_t in = config_.layer_input_size(l);
-            for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                const int64_t cell = l * config_.num_directions() + d;
-                const CellOffsets p = cell_offsets(config_, l, d);
-                const T* params = args.params.data();
-                kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
-                                  p.has_bias() ? params + p.bias_ih : nullptr,
-                                  p.has_bias() ? params + p.bias_hh : nullptr, own);
-                // Each thread packs the columns of W_hr^T it projects into, so no barrier.
-                if (proj > 0) pack_projection(params + p.weight_hr, ws.wr_t, hcols);
-                // Training projects every frame at once into the reserve; inference projects one
-                // step at a time into an (N, G) buffer instead of holding (S, G) of scratch. Each
-                // row's sums are the same either way, so both give the same bits.
-                T* gates = training ? rs.gates + cell * seq_len_ * batch_ * gc : nullptr;
-                if (training)
-                    kern.input_projection(layer_in, ld_in, rows, in, gates, own,
-                                          kernels::cpu::ProjectionTarget::whole_sequence);
-                const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
-                const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
-                kernels::cpu::gather_state_units(
-                    args.h0.empty() ? nullptr : args.h0.data() + h_state, batch_, sw,
-                    ws.batch.order, hcols.begin, hcols.end, ws.h_init, hp);
-                kernels::cpu::gather_state_units(args.c0.empty() ? nullptr : args.c0.data() + state,
-                                                 batch_, hidden, ws.batch.order, u0, u1, ws.c_init,
-                                                 hp);
-                T* cells = training ? rs.cell + cell * seq_len_ * batch_ * hp : nullptr;
-                // Where the kernel writes h before the projection (null: it writes h itself).
-                T* h_raw = proj == 0  ? nullptr
-                           : training ? rs.h_raw + cell * seq_len_ * batch_ * hp
-                                      : ws.h_raw;
-                if (!training)
-                    for (int64_t r = 0; r < batch_; ++r)
-                        std::copy(ws.c_init + r * hp + u0, ws.c_init + r * hp + u1,
-                                  ws.c_run + r * hp + u0);
+            io.out = training ? rs.out + l * rows * out_width : (l % 2 == 0 ? ws.ping : ws.pong);
+            if (sides) {
+                const int64_t d = my_direction();
+                forward_cell(args, ws, rs, training, ws.cells[d], kerns[d], l, d, io,
+                             direction_crew(d));
+                // The next layer reads both directions' output.
 #pragma omp barrier
-                for (int64_t s = 0; s < seq_len_; ++s) {
-                    const int64_t t = step_time(s, seq_len_, d);
-                    T* step_gates = gates ? gates + ws.offsets[t] * gc : ws.gates;
-                    if (!gates)
-                        kern.input_projection(layer_in + ws.offsets[t] * ld_in, ld_in,
-                                              ws.batch.active[t], in, step_gates, own,
-                                              kernels::cpu::ProjectionTarget::per_step);
-                    T* step_h_raw = h_raw && training ? h_raw + ws.offsets[t] * hp : h_raw;
-                    forward_step(ws, d, s, step_gates, cells, step_h_raw, layer_out, kern, own);
-                    if (proj > 0) {
-                        // The projection reads every unit of h_raw.
-#pragma omp barrier
-                        project_step(ws, d, t, step_h_raw, layer_out, hcols);
-                    }
-#pragma omp barrier
-                }
-                write_final_state(args, ws, d, cell, cells, layer_out, u0, u1, hcols);
+            } else {
+                for (int64_t d = 0; d < config_.num_directions(); ++d)
+                    forward_cell(args, ws, rs, training, ws.cells[0], kerns[0], l, d, io,
+                                 kernels::cpu::Crew::whole_team());
             }
-            layer_in = layer_out;
-            ld_in = out_width;
+            io.in = io.out;
+            io.ld_in = out_width;
         }
-        kernels::cpu::scatter_compact(layer_out, out_width, batch_, out_width, ws.batch.order,
+        kernels::cpu::scatter_compact(io.out, out_width, batch_, out_width, ws.batch.order,
                                       ws.batch.active, ws.offsets, steps.begin, steps.end,
                                       args.y.data());
+    }
+
+    // Direction d of layer l, run by every member of `crew` with cs as its scratch: packs the
+    // weights, projects the inputs (training), runs the time loop and writes hn / cn.
+    void forward_cell(const ForwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
+                      bool training, const CellScratch<T>& cs, const K& kern, int64_t l, int64_t d,
+                      const LayerIo& io, const kernels::cpu::Crew& crew) const {
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t rows = rows_total(ws), proj = config_.proj_size, sw = config_.state_size();
+        // With a projection, h0 / hn and the projection's columns split by P, not by own units.
+        const BlockRange hcols =
+            proj > 0 ? crew.share(proj) : BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
+        const int64_t in = config_.layer_input_size(l);
+        const int64_t cell = l * config_.num_directions() + d;
+        const CellOffsets p = cell_offsets(config_, l, d);
+        const T* params = args.params.data();
+        kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
+                          p.has_bias() ? params + p.bias_ih : nullptr,
+                          p.has_bias() ? params + p.bias_hh : nullptr, own);
+        // Each thread packs the columns of W_hr^T it projects into, so no barrier.
+        if (proj > 0) pack_projection(params + p.weight_hr, cs.wr_t, hcols);
+        // Training projects every frame at once into the reserve; inference projects one step at
+        // a time into an (N, G) buffer instead of holding (S, G) of scratch. Each row's sums are
+        // the same either way, so both give the same bits.
+        T* gates = training ? rs.gates + cell * seq_len_ * batch_ * gc : nullptr;
+        if (training)
+            kern.input_projection(io.in, io.ld_in, rows, in, gates, own,
+                                  kernels::cpu::ProjectionTarget::whole_sequence);
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
+        kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + h_state,
+                                         batch_, sw, ws.batch.order, hcols.begin, hcols.end,
+                                         cs.h_init, hp);
+        kernels::cpu::gather_state_units(args.c0.empty() ? nullptr : args.c0.data() + state, batch_,
+                                         hidden, ws.batch.order, u0, u1, cs.c_init, hp);
+        T* cells = training ? rs.cell + cell * seq_len_ * batch_ * hp : nullptr;
+        // Where the kernel writes h before the projection (null: it writes h itself).
+        T* h_raw = proj == 0  ? nullptr
+                   : training ? rs.h_raw + cell * seq_len_ * batch_ * hp
+                              : cs.h_raw;
+        if (!training)
+            for (int64_t r = 0; r < batch_; ++r)
+                std::copy(cs.c_init + r * hp + u0, cs.c_init + r * hp + u1, cs.c_run + r * hp + u0);
+        crew.sync();
+        for (int64_t s = 0; s < seq_len_; ++s) {
+            const int64_t t = step_time(s, seq_len_, d);
+            T* step_gates = gates ? gates + ws.offsets[t] * gc : cs.gates;
+            if (!gates)
+                kern.input_projection(io.in + ws.offsets[t] * io.ld_in, io.ld_in,
+                                      ws.batch.active[t], in, step_gates, own,
+                                      kernels::cpu::ProjectionTarget::per_step);
+            T* step_h_raw = h_raw && training ? h_raw + ws.offsets[t] * hp : h_raw;
+            forward_step(ws, cs, d, s, step_gates, cells, step_h_raw, io.out, kern, own);
+            if (proj > 0) {
+                // The projection reads every unit of h_raw.
+                crew.sync();
+                project_step(ws, cs, d, t, step_h_raw, io.out, hcols);
+            }
+            crew.sync();
+        }
+        write_final_state(args, ws, cs, d, cell, cells, io.out, u0, u1, hcols);
     }
 
     // Step s of direction d, gates (active rows, G) holding its input projection: rows that
@@ -453,8 +527,9 @@ private:
     // direction starts sequences late) read the initial state. h_raw (active rows, Hp), host,
     // non-null with a projection: the kernel overwrites it with h before the projection (own
     // units) instead of writing the layer output.
-    void forward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, T* cells, T* h_raw,
-                      T* layer_out, const K& kern, BlockRange own) const {
+    void forward_step(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
+                      T* gates, T* cells, T* h_raw, T* layer_out, const K& kern,
+                      BlockRange own) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size(), dir_col = d * config_.state_size();
         const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
@@ -462,7 +537,7 @@ private:
         const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
         const int64_t split = std::min(n, n_prev);
         const int64_t row = ws.offsets[t], row_prev = ws.offsets[t_prev];
-        T* c_now = cells ? cells + row * hp : ws.c_run;
+        T* c_now = cells ? cells + row * hp : cs.c_run;
         kernels::cpu::ForwardSegment<T> seg{};
         seg.gates = gates;
         seg.c = c_now;
@@ -473,15 +548,15 @@ private:
             seg.rows = split;
             seg.h_prev = layer_out + row_prev * out_width + dir_col;
             seg.ld_h_prev = out_width;
-            seg.c_prev = cells ? cells + row_prev * hp : ws.c_run;
+            seg.c_prev = cells ? cells + row_prev * hp : cs.c_run;
             seg.ld_c_prev = hp;
             kern.forward_step(seg, own);
         }
         if (n > split) {
             seg.rows = n - split;
-            seg.h_prev = ws.h_init + split * hp;
+            seg.h_prev = cs.h_init + split * hp;
             seg.ld_h_prev = hp;
-            seg.c_prev = (cells ? ws.c_init : ws.c_run) + split * hp;
+            seg.c_prev = (cells ? cs.c_init : cs.c_run) + split * hp;
             seg.ld_c_prev = hp;
             seg.gates = gates + split * gc;
             seg.c = c_now + split * hp;
@@ -493,9 +568,9 @@ private:
     // hn (columns hcols of its sw = config.state_size() features) / cn (own units [u0, u1) of H)
     // of one cell: each row's state at its last processed step, into the caller's (L*D, N, sw) /
     // (L*D, N, H) host tensors, overwritten.
-    void write_final_state(const ForwardArgs<T>& args, const Workspace<T>& ws, int64_t d,
-                           int64_t cell, const T* cells, const T* layer_out, int64_t u0, int64_t u1,
-                           BlockRange hcols) const {
+    void write_final_state(const ForwardArgs<T>& args, const Workspace<T>& ws,
+                           const CellScratch<T>& cs, int64_t d, int64_t cell, const T* cells,
+                           const T* layer_out, int64_t u0, int64_t u1, BlockRange hcols) const {
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, sw = config_.state_size();
         const int64_t out_width = config_.output_size(), end = std::min(u1, hidden);
         const int64_t h_end = std::min(hcols.end, sw);
@@ -509,7 +584,7 @@ private:
             }
             if (!args.cn.empty()) {
                 const int64_t dst = (cell * batch_ + ws.batch.order[r]) * hidden;
-                const T* c = cells ? cells + row * hp : ws.c_run + r * hp;
+                const T* c = cells ? cells + row * hp : cs.c_run + r * hp;
                 for (int64_t u = u0; u < end; ++u) args.cn[dst + u] = c[u];
             }
         }
@@ -528,8 +603,8 @@ private:
     // overwritten <- h_raw (active rows, Hp; units < H) W_hr^T, with wr_t packed. Every element
     // sums over units in order, whatever the split of columns, so the bits do not depend on the
     // team size.
-    void project_step(const Workspace<T>& ws, int64_t d, int64_t t, const T* h_raw, T* layer_out,
-                      BlockRange hcols) const {
+    void project_step(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t t,
+                      const T* h_raw, T* layer_out, BlockRange hcols) const {
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, proj = config_.proj_size;
         const int64_t out_width = config_.output_size(), n = ws.batch.active[t];
         if (hcols.count() == 0) return;
@@ -539,7 +614,7 @@ private:
             std::fill(out + hcols.begin, out + hcols.end, T(0));
             for (int64_t u = 0; u < hidden; ++u) {
                 const T a = in[u];
-                const T* w = ws.wr_t + u * proj;
+                const T* w = cs.wr_t + u * proj;
                 for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += a * w[q];
             }
         }
@@ -550,16 +625,10 @@ private:
     // and bias gradient in the reserve; the weights part reads them (weights_team). `all` runs a
     // cell's weight GEMMs right after its time loop, while its dgates are the freshest data.
     void backward_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                       const K& kern) const {
+                       const K (&kerns)[2]) const {
         const bool data = args.part != BackwardPart::weights;
         const bool weights = args.part != BackwardPart::data;
-        const BlockRange own =
-            kernels::cpu::block_range(lay_.blocks, omp_get_thread_num(), omp_get_num_threads());
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size(), rows = rows_total(ws);
-        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
-        const int64_t proj = config_.proj_size, sw = config_.state_size();
-        const BlockRange hcols = proj > 0 ? my_share(proj) : BlockRange{u0, u1};
         const BlockRange steps = my_share(seq_len_);
         // The layer-0 input is only a partner of the input-weight gradient.
         if (weights)
@@ -567,7 +636,7 @@ private:
                                          ws.batch.active, ws.offsets, steps.begin, steps.end,
                                          ws.x_sorted, x_stride(config_));
         if (!data) {
-            weights_team(args, ws, rs, kern, own, hcols);
+            weights_team(args, ws, rs, kerns[0]);
             return;
         }
         // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
@@ -576,68 +645,34 @@ private:
         kernels::cpu::gather_compact(args.dy.data(), batch_, out_width, ws.batch.order,
                                      ws.batch.active, ws.offsets, steps.begin, steps.end, d_out,
                                      out_width);
-        const T* params = args.params.data();
+        // Every cell reads rows of dy and x that other threads gathered, and a crew's own barrier
+        // does not wait for the rest of the team.
+#pragma omp barrier
+        const bool sides = side_by_side(omp_get_num_threads());
         for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
             const int64_t in = config_.layer_input_size(l);
-            const T* layer_out = rs.out + l * rows * out_width;
             const bool want_d_in = l > 0 || !args.dx.empty();
-            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+            // d(input) sums the directions in order, direction 0's product first, each thread
+            // over the same rows whichever way the directions ran: the same bits either way.
+            auto input_grads = [&](int64_t d) {
+                if (!want_d_in) return;
                 const int64_t cell = l * config_.num_directions() + d;
-                const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
-                const CellOffsets p = cell_offsets(config_, l, d);
-                T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
-                const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
-                T* dbias = rs.dbias + cell * gc;
-                // Other threads may still read the packed weights or the states of the previous
-                // cell (dx, weight gradients): wait before overwriting them.
+                const T* dgates = rs.gates + cell * seq_len_ * batch_ * lay_.gate_cols;
+                kerns[sides ? d : 0].input_grads(dgates, my_share(rows), in, d_in, in, d > 0);
+            };
+            if (sides) {
+                const int64_t d = my_direction();
+                backward_cell(args, ws, rs, ws.cells[d], kerns[d], l, d, d_out, direction_crew(d));
+                // d(input) reads every column of both directions' dgates and packed W_ih.
 #pragma omp barrier
-                // With a projection the kernel set gets no W_hh: dh = dgates W_hh is P wide and
-                // formed by projected_grad, from rows every thread reads after the barrier below.
-                kern.pack_backward(params + p.weight_ih, in,
-                                   proj > 0 ? nullptr : params + p.weight_hh, own);
-                if (proj > 0) {
-                    kernels::cpu::pack_rows_interleaved(params + p.weight_hh, proj, lay_, own,
-                                                        ws.w_hh_rows, proj);
-                    std::fill(ws.zeros + u0, ws.zeros + u1, T(0));
+                input_grads(0);
+                input_grads(1);
+            } else {
+                for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                    backward_cell(args, ws, rs, ws.cells[0], kerns[0], l, d, d_out,
+                                  kernels::cpu::Crew::whole_team());
+                    input_grads(d);
                 }
-                auto gather = [&](const TensorView<const T>& v, T* dst) {
-                    kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + state, batch_,
-                                                     hidden, ws.batch.order, u0, u1, dst, hp);
-                };
-                // h-shaped states: sw features, split by hcols.
-                auto gather_h = [&](const TensorView<const T>& v, T* dst) {
-                    kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + h_state,
-                                                     batch_, sw, ws.batch.order, hcols.begin,
-                                                     hcols.end, dst, hp);
-                };
-                gather(args.c0, ws.c_init);
-                gather_h(args.dhn, ws.dhn);
-                gather(args.dcn, ws.dc_run);
-                std::fill(dbias + u0 * 4, dbias + u1 * 4, T(0));
-                if (weights) {
-                    gather_h(args.h0, ws.h_init);
-                    if (omp_get_thread_num() == 0) make_h_runs(ws, d, layer_out);
-                }
-#pragma omp barrier
-                if (proj == 0) {
-                    for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                        backward_step(ws, d, s, gates, cells, dbias, d_out, kern, own);
-#pragma omp barrier
-                    }
-                } else {
-                    T* dh = rs.dh + cell * seq_len_ * batch_ * proj;
-                    for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                        projected_grad(ws, d, s, gates, dh, d_out, hcols);
-                        // The gate pass reads every column of this step's dh.
-#pragma omp barrier
-                        backward_step_proj(ws, d, s, gates, cells, dbias, dh, params + p.weight_hr,
-                                           kern, own);
-#pragma omp barrier
-                    }
-                }
-                if (weights) cell_weight_grads(args, ws, rs, l, d, kern, own, hcols);
-                write_state_grads(args, ws, state, h_state, u0, u1, hcols);
-                if (want_d_in) kern.input_grads(gates, my_share(rows), in, d_in, in, d > 0);
             }
 #pragma omp barrier
             std::swap(d_out, d_in);
@@ -648,13 +683,92 @@ private:
                                           steps.end, args.dx.data());
     }
 
+    // Direction d of layer l, backward, run by every member of `crew` with cs as its scratch:
+    // packs the weights, runs the time loop over d_out ((S, D*sw) compact, host), then (unless
+    // only the data part runs) the cell's weight gradients, and writes dh0 / dc0. Leaves the
+    // cell's dgates in the reserve and its packed W_ih in cs.kern for input_grads.
+    void backward_cell(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
+                       const CellScratch<T>& cs, const K& kern, int64_t l, int64_t d,
+                       const T* d_out, const kernels::cpu::Crew& crew) const {
+        const bool weights = args.part != BackwardPart::data;
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
+        const int64_t out_width = config_.output_size(), rows = rows_total(ws);
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const int64_t proj = config_.proj_size, sw = config_.state_size();
+        const BlockRange hcols = proj > 0 ? crew.share(proj) : BlockRange{u0, u1};
+        const int64_t in = config_.layer_input_size(l);
+        const T* layer_out = rs.out + l * rows * out_width;
+        const int64_t cell = l * config_.num_directions() + d;
+        const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
+        const CellOffsets p = cell_offsets(config_, l, d);
+        const T* params = args.params.data();
+        T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
+        const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
+        T* dbias = rs.dbias + cell * gc;
+        // Other members may still read the packed weights or the states of the crew's previous
+        // cell (dx, weight gradients): wait before overwriting them.
+        crew.sync();
+        // With a projection the kernel set gets no W_hh: dh = dgates W_hh is P wide and formed by
+        // projected_grad, from rows every member reads after the barrier below.
+        kern.pack_backward(params + p.weight_ih, in, proj > 0 ? nullptr : params + p.weight_hh,
+                           own);
+        if (proj > 0) {
+            kernels::cpu::pack_rows_interleaved(params + p.weight_hh, proj, lay_, own, cs.w_hh_rows,
+                                                proj);
+            std::fill(cs.zeros + u0, cs.zeros + u1, T(0));
+        }
+        auto gather = [&](const TensorView<const T>& v, T* dst) {
+            kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + state, batch_, hidden,
+                                             ws.batch.order, u0, u1, dst, hp);
+        };
+        // h-shaped states: sw features, split by hcols.
+        auto gather_h = [&](const TensorView<const T>& v, T* dst) {
+            kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + h_state, batch_, sw,
+                                             ws.batch.order, hcols.begin, hcols.end, dst, hp);
+        };
+        gather(args.c0, cs.c_init);
+        gather_h(args.dhn, cs.dhn);
+        gather(args.dcn, cs.dc_run);
+        std::fill(dbias + u0 * 4, dbias + u1 * 4, T(0));
+        if (weights) {
+            gather_h(args.h0, cs.h_init);
+            if (crew.leads()) make_h_runs(ws, cs, d, layer_out);
+        }
+        crew.sync();
+        if (proj == 0) {
+            for (int64_t s = seq_len_ - 1; s >= -1; --s) {
+                backward_step(ws, cs, d, s, gates, cells, dbias, d_out, kern, own);
+                crew.sync();
+            }
+        } else {
+            T* dh = rs.dh + cell * seq_len_ * batch_ * proj;
+            for (int64_t s = seq_len_ - 1; s >= -1; --s) {
+                projected_grad(ws, cs, d, s, gates, dh, d_out, hcols);
+                // The gate pass reads every column of this step's dh.
+                crew.sync();
+                backward_step_proj(ws, cs, d, s, gates, cells, dbias, dh, params + p.weight_hr,
+                                   kern, own);
+                crew.sync();
+            }
+        }
+        if (weights) cell_weight_grads(args, ws, cs, rs, l, d, kern, own, hcols);
+        write_state_grads(args, ws, cs, state, h_state, u0, u1, hcols);
+    }
+
     // BackwardPart::weights: every cell's weight and bias gradients from what the data part left
-    // in the reserve. The workspace did not survive the data call, so the layer-0 input (the
-    // caller gathers it) and each cell's h0 are gathered again; everything else is in the reserve.
+    // in the reserve, on the whole team, one cell after another. The workspace did not survive
+    // the data call, so the layer-0 input (the caller gathers it) and each cell's h0 are gathered
+    // again; everything else is in the reserve.
     void weights_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                      const K& kern, BlockRange own, BlockRange hcols) const {
-        const int64_t hp = lay_.hidden_padded, sw = config_.state_size();
+                      const K& kern) const {
+        const kernels::cpu::Crew team = kernels::cpu::Crew::whole_team();
+        const BlockRange own = team.blocks(lay_.blocks);
+        const int64_t hp = lay_.hidden_padded, sw = config_.state_size(), proj = config_.proj_size;
+        const BlockRange hcols =
+            proj > 0 ? team.share(proj) : BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
         const int64_t rows = rows_total(ws), out_width = config_.output_size();
+        const CellScratch<T>& cs = ws.cells[0];
         for (int64_t l = 0; l < config_.num_layers; ++l)
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
                 const int64_t state = (l * config_.num_directions() + d) * batch_ * sw;
@@ -662,10 +776,10 @@ private:
 #pragma omp barrier
                 kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
                                                  batch_, sw, ws.batch.order, hcols.begin, hcols.end,
-                                                 ws.h_init, hp);
-                if (omp_get_thread_num() == 0) make_h_runs(ws, d, rs.out + l * rows * out_width);
+                                                 cs.h_init, hp);
+                if (team.leads()) make_h_runs(ws, cs, d, rs.out + l * rows * out_width);
 #pragma omp barrier
-                cell_weight_grads(args, ws, rs, l, d, kern, own, hcols);
+                cell_weight_grads(args, ws, cs, rs, l, d, kern, own, hcols);
             }
     }
 
@@ -676,8 +790,8 @@ private:
     // With a projection also dW_hr (P, H) += sum over frames of dh^T h_raw, rows hcols of it,
     // from the reserve's dh (S, P) and h_raw (S, Hp).
     void cell_weight_grads(const BackwardArgs<T>& args, const Workspace<T>& ws,
-                           const Reserve<T>& rs, int64_t l, int64_t d, const K& kern,
-                           BlockRange own, BlockRange hcols) const {
+                           const CellScratch<T>& cs, const Reserve<T>& rs, int64_t l, int64_t d,
+                           const K& kern, BlockRange own, BlockRange hcols) const {
         const int64_t gc = lay_.gate_cols, rows = rows_total(ws);
         const int64_t out_width = config_.output_size(), in = config_.layer_input_size(l);
         const int64_t cell = l * config_.num_directions() + d;
@@ -686,8 +800,8 @@ private:
         const CellOffsets p = cell_offsets(config_, l, d);
         T* grads = args.dparams.data();
         const RowRun<T> x_run{0, rows, layer_in, ld_in};
-        kern.weight_grads(rs.gates + cell * seq_len_ * batch_ * gc, &x_run, 1, ws.runs,
-                          h_run_count_, in, grads + p.weight_ih, grads + p.weight_hh, own);
+        kern.weight_grads(rs.gates + cell * seq_len_ * batch_ * gc, &x_run, 1, cs.runs,
+                          *cs.run_count, in, grads + p.weight_ih, grads + p.weight_hh, own);
         if (p.has_bias())
             kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
                                          grads + p.bias_hh);
@@ -708,11 +822,11 @@ private:
 
     // Projections, backward step s of direction d (s = -1: only d(h0) of the first step), columns
     // hcols of P: dh (S, P) compact, this step's rows overwritten with the gradient reaching the
-    // projected h_t (dy, plus dgates_{t+1} W_hh or dhn), and ws.dh0 (N, Hp; P columns) rows of
+    // projected h_t (dy, plus dgates_{t+1} W_hh or dhn), and cs.dh0 (N, Hp; P columns) rows of
     // sequences whose first step was the next one overwritten with dgates_{t+1} W_hh. Reads the
     // next step's dgates from gates (S, G). Host; every element sums over gate columns in order.
-    void projected_grad(const Workspace<T>& ws, int64_t d, int64_t s, const T* gates, T* dh,
-                        const T* d_out, BlockRange hcols) const {
+    void projected_grad(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
+                        const T* gates, T* dh, const T* d_out, BlockRange hcols) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols, proj = config_.proj_size;
         const int64_t out_width = config_.output_size();
         if (hcols.count() == 0) return;
@@ -723,18 +837,18 @@ private:
         const int64_t n_next = has_next ? ws.batch.active[t_next] : 0;
         const T* dg_next = gates + ws.offsets[t_next] * gc;
         for (int64_t r = 0; r < std::max(n, n_next); ++r) {
-            T* out = r < n ? dh + (ws.offsets[t] + r) * proj : ws.dh0 + r * hp;
+            T* out = r < n ? dh + (ws.offsets[t] + r) * proj : cs.dh0 + r * hp;
             if (r < n_next) {
                 // The recurrent part: dgates_{t+1} W_hh over the interleaved gate rows.
                 std::fill(out + hcols.begin, out + hcols.end, T(0));
                 const T* dg = dg_next + r * gc;
                 for (int64_t c = 0; c < gc; ++c) {
                     const T a = dg[c];
-                    const T* w = ws.w_hh_rows + c * proj;
+                    const T* w = cs.w_hh_rows + c * proj;
                     for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += a * w[q];
                 }
             } else {
-                std::copy(ws.dhn + r * hp + hcols.begin, ws.dhn + r * hp + hcols.end,
+                std::copy(cs.dhn + r * hp + hcols.begin, cs.dhn + r * hp + hcols.end,
                           out + hcols.begin);
             }
             if (r < n) {
@@ -745,12 +859,12 @@ private:
     }
 
     // Projections, backward step s of direction d after projected_grad (and a barrier): own
-    // units of ws.h_raw (N, Hp) overwritten with dh_raw = dh W_hr (w_hr (P, H) row-major, host;
+    // units of cs.h_raw (N, Hp) overwritten with dh_raw = dh W_hr (w_hr (P, H) row-major, host;
     // padded units 0), which the kernel's pass then takes as the carried gradient, dy being in dh
     // already. Rows split where c_{t-1} changes source; dbias (G) gets the dgates ADDED.
-    void backward_step_proj(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, const T* cells,
-                            T* dbias, const T* dh, const T* w_hr, const K& kern,
-                            BlockRange own) const {
+    void backward_step_proj(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
+                            T* gates, const T* cells, T* dbias, const T* dh, const T* w_hr,
+                            const K& kern, BlockRange own) const {
         if (s < 0) return;
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t proj = config_.proj_size;
@@ -759,7 +873,7 @@ private:
         const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
         const int64_t row = ws.offsets[t];
         for (int64_t r = 0; r < n; ++r) {
-            T* out = ws.h_raw + r * hp;
+            T* out = cs.h_raw + r * hp;
             std::fill(out + u0, out + u1, T(0));
             const T* g = dh + (row + r) * proj;
             for (int64_t q = 0; q < proj; ++q) {
@@ -778,13 +892,13 @@ private:
             kernels::cpu::BackwardSegment<T> seg{};
             seg.rows = b - a;
             seg.dgates_next = nullptr;
-            seg.dh_carry = ws.h_raw + a * hp;
-            seg.dy = ws.zeros;
+            seg.dh_carry = cs.h_raw + a * hp;
+            seg.dy = cs.zeros;
             seg.ld_dy = 0;
             seg.gates = gates + (row + a) * gc;
             seg.c = cells + (row + a) * hp;
-            seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : ws.c_init + a * hp;
-            seg.dc = ws.dc_run + a * hp;
+            seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : cs.c_init + a * hp;
+            seg.dc = cs.dc_run + a * hp;
             seg.bias_grad = dbias;
             kern.backward_step(seg, own);
         }
@@ -794,8 +908,9 @@ private:
     // step). Rows of this step split where the carry source changes (gradient from the next
     // step, or dhn for a sequence's last step) and where c_{t-1} does (previous step, or c0).
     // dbias (G) gets this step's dgates ADDED (own columns).
-    void backward_step(const Workspace<T>& ws, int64_t d, int64_t s, T* gates, const T* cells,
-                       T* dbias, const T* d_out, const K& kern, BlockRange own) const {
+    void backward_step(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
+                       T* gates, const T* cells, T* dbias, const T* d_out, const K& kern,
+                       BlockRange own) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t out_width = config_.output_size();
         const int64_t t = s >= 0 ? step_time(s, seq_len_, d) : 0;
@@ -816,36 +931,37 @@ private:
                 kernels::cpu::BackwardSegment<T> seg{};
                 seg.rows = b - a;
                 seg.dgates_next = a < n_next ? dg_next + a * gc : nullptr;
-                seg.dh_carry = ws.dhn + a * hp;
+                seg.dh_carry = cs.dhn + a * hp;
                 seg.dy = d_out + (row + a) * out_width + d * lay_.hidden;
                 seg.ld_dy = out_width;
                 seg.gates = gates + (row + a) * gc;
                 seg.c = cells + (row + a) * hp;
-                seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : ws.c_init + a * hp;
-                seg.dc = ws.dc_run + a * hp;
+                seg.c_prev = a < n_prev ? cells + (row_prev + a) * hp : cs.c_init + a * hp;
+                seg.dc = cs.dc_run + a * hp;
                 seg.bias_grad = dbias;
                 kern.backward_step(seg, own);
             }
         }
         // Rows whose first step was the next one: their recurrent gradient is d(h0).
-        if (n_next > n) kern.backward_dh0(n_next - n, dg_next + n * gc, ws.dh0 + n * hp, own);
+        if (n_next > n) kern.backward_dh0(n_next - n, dg_next + n * gc, cs.dh0 + n * hp, own);
     }
 
     // Runs pairing each compact row of dgates with its h_{t-1}, in increasing row order, merged
-    // where consecutive; sets h_run_count_. Called by one thread.
-    void make_h_runs(const Workspace<T>& ws, int64_t d, const T* layer_out) const {
+    // where consecutive, into cs.runs and cs.run_count. Called by one member of the crew.
+    void make_h_runs(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d,
+                     const T* layer_out) const {
         const int64_t hp = lay_.hidden_padded, out_width = config_.output_size();
         const T* h_out = layer_out + d * config_.state_size();
         int64_t count = 0;
         auto push = [&](int64_t k0, int64_t rows, const T* src, int64_t ld) {
             if (rows == 0) return;
-            RowRun<T>& last = ws.runs[count > 0 ? count - 1 : 0];
+            RowRun<T>& last = cs.runs[count > 0 ? count - 1 : 0];
             if (count > 0 && last.ld == ld && last.k0 + last.count == k0 &&
                 last.rows + last.count * ld == src) {
                 last.count += rows;
                 return;
             }
-            ws.runs[count++] = RowRun<T>{k0, rows, src, ld};
+            cs.runs[count++] = RowRun<T>{k0, rows, src, ld};
         };
         for (int64_t t = 0; t < seq_len_; ++t) {
             // The step processed just before t in this direction.
@@ -855,16 +971,17 @@ private:
             const int64_t n_prev = first ? 0 : std::min(n, ws.batch.active[t_prev]);
             if (n_prev > 0)
                 push(ws.offsets[t], n_prev, h_out + ws.offsets[t_prev] * out_width, out_width);
-            push(ws.offsets[t] + n_prev, n - n_prev, ws.h_init + n_prev * hp, hp);
+            push(ws.offsets[t] + n_prev, n - n_prev, cs.h_init + n_prev * hp, hp);
         }
-        h_run_count_ = count;
+        *cs.run_count = count;
     }
 
     // dh0 (columns hcols of sw = config.state_size(), at h_state of the (L*D, N, sw) host tensor)
     // / dc0 (own units of H, at state of (L*D, N, H)) of one cell, overwritten, back in the
     // caller's row order.
-    void write_state_grads(const BackwardArgs<T>& args, const Workspace<T>& ws, int64_t state,
-                           int64_t h_state, int64_t u0, int64_t u1, BlockRange hcols) const {
+    void write_state_grads(const BackwardArgs<T>& args, const Workspace<T>& ws,
+                           const CellScratch<T>& cs, int64_t state, int64_t h_state, int64_t u0,
+                           int64_t u1, BlockRange hcols) const {
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, end = std::min(u1, hidden);
         const int64_t sw = config_.state_size(), h_end = std::min(hcols.end, sw);
         for (int64_t r = 0; r < batch_; ++r) {
@@ -872,9 +989,9 @@ private:
             const int64_t h_dst = h_state + ws.batch.order[r] * sw;
             if (!args.dh0.empty())
                 for (int64_t u = hcols.begin; u < h_end; ++u)
-                    args.dh0[h_dst + u] = ws.dh0[r * hp + u];
+                    args.dh0[h_dst + u] = cs.dh0[r * hp + u];
             if (!args.dc0.empty())
-                for (int64_t u = u0; u < end; ++u) args.dc0[dst + u] = ws.dc_run[r * hp + u];
+                for (int64_t u = u0; u < end; ++u) args.dc0[dst + u] = cs.dc_run[r * hp + u];
         }
     }
 
@@ -882,8 +999,9 @@ private:
     FusedLayout lay_;
     int64_t seq_len_;
     int64_t batch_;
-    // Written by one thread before a barrier, read by all after it.
-    mutable int64_t h_run_count_ = 0;
+    // The per-direction crews' barriers when a bidirectional layer runs side by side; shared by
+    // the team (the loop object outlives the call's one parallel region).
+    mutable kernels::cpu::CrewBarrier crew_barriers_[2];
 };
 
 }  // namespace fused_detail
