@@ -18,10 +18,10 @@
 
 namespace lstm::kernels::cpu {
 
-// A reusable barrier for `count` threads (the same count at every use). Waiters spin for about
-// as long as a short time step takes, then yield the core on every further check: a crew member
-// that the scheduler took off its core must get it back, as under the contention that
-// kernels/cpu/team.hpp measures.
+// A reusable barrier for `count` threads (the same count at every use). Waiters spin for tens
+// of microseconds, then yield the core on every further check: a crew member that the scheduler
+// took off its core must get it back, as under the contention that kernels/cpu/team.hpp
+// measures.
 class CrewBarrier {
 public:
     void arrive_and_wait(int count) {
@@ -33,9 +33,11 @@ public:
             generation_.store(generation + 1, std::memory_order_release);
             return;
         }
-        for (int spin = 0; generation_.load(std::memory_order_acquire) == generation; ++spin) {
-            if (spin < kSpinsBeforeYield) {
+        int spins = 0;
+        while (generation_.load(std::memory_order_acquire) == generation) {
+            if (spins < kSpinsBeforeYield) {
                 pause();
+                ++spins;
             } else {
                 std::this_thread::yield();
             }
@@ -43,9 +45,9 @@ public:
     }
 
 private:
-    // About 10-40 us of pause instructions (30-140 cycles each on current x86 cores): a step of
-    // the fused time loops takes 50-500 us, so a partner that is merely a little behind is met
-    // while spinning.
+    // About 10-40 us of pause instructions (30-140 cycles each on current x86 cores): a partner
+    // a little behind (steps of the fused time loops take 50-500 us, and differ by a few
+    // percent) is met while spinning, without a trip through the scheduler.
     static constexpr int kSpinsBeforeYield = 1 << 10;
 
     static void pause() {
