@@ -421,6 +421,13 @@ private:
         return omp_get_thread_num() < omp_get_num_threads() / 2 ? 0 : 1;
     }
 
+    // The columns of h-shaped states (h0, hn, dhn, dh0; the projection's outputs) a crew member
+    // handles: its own units, or with a projection its share of the P columns.
+    BlockRange state_columns(const kernels::cpu::Crew& crew, BlockRange own) const {
+        if (config_.proj_size > 0) return crew.share(config_.proj_size);
+        return BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
+    }
+
     // A layer's input (rows ld_in apart) and output (rows config.output_size() apart), host.
     struct LayerIo {
         const T* in;
@@ -468,9 +475,7 @@ private:
         const BlockRange own = crew.blocks(lay_.blocks);
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
         const int64_t rows = rows_total(ws), proj = config_.proj_size, sw = config_.state_size();
-        // With a projection, h0 / hn and the projection's columns split by P, not by own units.
-        const BlockRange hcols =
-            proj > 0 ? crew.share(proj) : BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
+        const BlockRange hcols = state_columns(crew, own);
         const int64_t in = config_.layer_input_size(l);
         const int64_t cell = l * config_.num_directions() + d;
         const CellOffsets p = cell_offsets(config_, l, d);
@@ -696,7 +701,7 @@ private:
         const int64_t out_width = config_.output_size(), rows = rows_total(ws);
         const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
         const int64_t proj = config_.proj_size, sw = config_.state_size();
-        const BlockRange hcols = proj > 0 ? crew.share(proj) : BlockRange{u0, u1};
+        const BlockRange hcols = state_columns(crew, own);
         const int64_t in = config_.layer_input_size(l);
         const T* layer_out = rs.out + l * rows * out_width;
         const int64_t cell = l * config_.num_directions() + d;
@@ -764,9 +769,8 @@ private:
                       const K& kern) const {
         const kernels::cpu::Crew team = kernels::cpu::Crew::whole_team();
         const BlockRange own = team.blocks(lay_.blocks);
-        const int64_t hp = lay_.hidden_padded, sw = config_.state_size(), proj = config_.proj_size;
-        const BlockRange hcols =
-            proj > 0 ? team.share(proj) : BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
+        const int64_t hp = lay_.hidden_padded, sw = config_.state_size();
+        const BlockRange hcols = state_columns(team, own);
         const int64_t rows = rows_total(ws), out_width = config_.output_size();
         const CellScratch<T>& cs = ws.cells[0];
         for (int64_t l = 0; l < config_.num_layers; ++l)
