@@ -621,6 +621,12 @@ private:
         }
     };
 
+    // Floats from one packed dgates tile to the next: kGradChunk x 6 floats are 3 KiB, 48 lines,
+    // so every 4th tile started in the same L1 set and the packing's row-by-row writes into all
+    // of a thread's tiles (107 at H 320, 2 threads) crowded 4 sets; a line of padding after each
+    // tile spreads them (see kGradTilePad).
+    static constexpr int64_t kTileStride = kGradChunk * kGradTileCols + kGradTilePad;
+
     // Partner rows of one K-chunk: `len` rows from chunk row `k_off`, row j at b + j * ld.
     struct ChunkSegment {
         int64_t k_off, len;
@@ -701,7 +707,8 @@ private:
                     avx512::prefetch_rows(dw + (gate * hidden + unit) * width + col0, width, MR,
                                           NV);
             }
-            avx512::accumulate<MR, NV>(len, avx512::PackedA{a_pack + r * kGradChunk},
+            avx512::accumulate<MR, NV>(len,
+                                       avx512::PackedA{a_pack + r / kGradTileCols * kTileStride},
                                        avx512::PanelB{b_pack}, acc);
 #pragma GCC unroll 8
             for (int i = 0; i < MR; ++i)
@@ -729,8 +736,8 @@ private:
     }
 
     // a_pack <- dgates rows [k0, k0 + len), own columns, as tiles of kGradTileCols columns
-    // (tile t, row k at a_pack + t * kGradChunk * kGradTileCols + k * kGradTileCols); columns past
-    // the own range are zero.
+    // (tile t, row k at a_pack + t * kTileStride + k * kGradTileCols); columns past the own range
+    // are zero.
     void pack_grad_chunk(const float* dgates, int64_t k0, int64_t len, int64_t c_begin,
                          int64_t c_count, float* a_pack) const {
         const int64_t gc = lay_.gate_cols, full = c_count / kGradTileCols;
@@ -743,11 +750,11 @@ private:
             const float* src = dgates + (k0 + k) * gc + c_begin;
             float* dst = a_pack + k * kGradTileCols;
             for (int64_t t = 0; t < full; ++t)
-                _mm512_mask_storeu_ps(dst + t * kGradChunk * kGradTileCols, tile_lanes,
+                _mm512_mask_storeu_ps(dst + t * kTileStride, tile_lanes,
                                       _mm512_maskz_loadu_ps(tile_lanes, src + t * kGradTileCols));
             if (rest > 0)
                 _mm512_mask_storeu_ps(
-                    dst + full * kGradChunk * kGradTileCols, tile_lanes,
+                    dst + full * kTileStride, tile_lanes,
                     _mm512_maskz_loadu_ps(rest_lanes, src + full * kGradTileCols));
         }
     }
@@ -756,7 +763,8 @@ private:
                             const RowRun<float>* h_runs, int64_t h_run_count, int64_t in,
                             float* dw_ih, float* dw_hh, BlockRange own) const {
         const int64_t c_begin = own.begin * 4 * kUnitBlock, c_count = own.count() * 4 * kUnitBlock;
-        float* a_pack = buf_.a_pack + (c_begin + kGradTileCols * own.begin) * kGradChunk;
+        float* a_pack = buf_.a_pack + (c_begin + kGradTileCols * own.begin) * kGradChunk +
+                        kGradTilePad * kGradTilesPerBlock * own.begin;
         float* b_pack = buf_.b_pack + own.begin * kGradChunk * kGradPanelCols;
         int64_t total = 0;
         for (int64_t i = 0; i < x_run_count; ++i) total += x_runs[i].count;

@@ -49,11 +49,13 @@ constexpr int64_t kGradTileCols = 6;
 // instantiation (16-float panels) runs chunks of 512 rows: its tiles then load and store their
 // rows of dw a quarter as often (kernels/cpu/fused_simd.cpp).
 constexpr int64_t kGradChunkMax = 512;
-// Floats of padding after each packed dgates tile of the Highway kernels, one cache line. Tiles of
+// Floats of padding after each packed dgates tile, one cache line. The Highway kernels' tiles of
 // 512 x 6 floats are 12 KiB apart, a multiple of an L1's way size, so the packing's row-by-row
 // writes into all of a thread's tiles (107 at H 320 and 2 threads) fell into one L1 set and
 // evicted one another; a line between them spreads the streams over the sets (the weight-gradient
-// call 2-3% faster, braun/1x320-CE-short and CE-long, 2 threads, EPYC Zen 4, AVX2 target).
+// call 2-3% faster, braun/1x320-CE-short and CE-long, 2 threads, EPYC Zen 4, AVX2 target). The
+// AVX-512 kernel's 128-row tiles fell into 4 sets; padded, its backward call took 0.2-1.2% less
+// (CE-short at 1 and 2 threads, CE-long at 2, same machine).
 constexpr int64_t kGradTilePad = 16;
 // Packed tiles per 16-unit block: 64 gate columns in tiles of kGradTileCols, the last partial.
 constexpr int64_t kGradTilesPerBlock = (4 * kUnitBlock + kGradTileCols - 1) / kGradTileCols;
@@ -410,8 +412,8 @@ struct FusedBufferSizes {
         w_ih_bwd = g * in_pad;
         dh = batch * lay.hidden_padded;
         dw = (in_max + lay.recurrent) * g;
-        // Each thread pads its columns to whole tiles (less than one tile per block), and the
-        // Highway kernels leave kGradTilePad floats after each tile.
+        // Each thread pads its columns to whole tiles (less than one tile per block), and
+        // leaves kGradTilePad floats after each tile.
         a_pack = kGradChunkMax * (g + kGradTileCols * lay.blocks) +
                  kGradTilePad * kGradTilesPerBlock * lay.blocks;
         // Threads own disjoint block ranges, so a region per block gives every thread its own.
