@@ -746,9 +746,12 @@ private:
         // Row by row, so each source line is read once; the tiles are written in parallel streams.
         // A masked load of the tile's 6 columns and a masked store move them at once; the zero
         // lanes of the remainder tile's load pad it.
+        const int row_lines = static_cast<int>((c_count + kUnitBlock - 1) / kUnitBlock);
         for (int64_t k = 0; k < len; ++k) {
             const float* src = dgates + (k0 + k) * gc + c_begin;
             float* dst = a_pack + k * kGradTileCols;
+            if (k + kGradPackAhead < len)
+                avx512::prefetch_rows(src + kGradPackAhead * gc, gc, 1, row_lines);
             for (int64_t t = 0; t < full; ++t)
                 _mm512_mask_storeu_ps(dst + t * kTileStride, tile_lanes,
                                       _mm512_maskz_loadu_ps(tile_lanes, src + t * kGradTileCols));

@@ -300,6 +300,12 @@ HWY_INLINE void prefetch_rows(const float* p, int64_t ld, int64_t rows, int64_t 
         for (int64_t q = 0; q < lines; ++q) hwy::Prefetch(p + i * ld + q * kUnitBlock);
 }
 
+// Asks for `lines` cache lines from p into L2 only (see kGradPackAhead); Highway's Prefetch
+// fetches into L1.
+HWY_INLINE void prefetch_l2(const float* p, int64_t lines) {
+    for (int64_t q = 0; q < lines; ++q) __builtin_prefetch(p + q * kUnitBlock, 0, 2);
+}
+
 // Cache lines covering `vecs` vectors of one 16-unit-aligned group.
 constexpr int64_t lines_of(int vecs) { return (vecs * kLanes + kUnitBlock - 1) / kUnitBlock; }
 
@@ -863,17 +869,11 @@ int64_t chunk_segments(const RowRun<float>* runs, int64_t run_count, int64_t& cu
 void pack_grad_chunk(const FusedLayout& lay, const float* dgates, int64_t k0, int64_t len,
                      int64_t c_begin, int64_t c_count, float* a_pack) {
     const int64_t gc = lay.gate_cols, row_lines = (c_count + kUnitBlock - 1) / kUnitBlock;
-    // dgates has left the caches by now, and the hardware prefetcher starts over at every row (the
-    // rows are 4H floats apart): the copy waited on memory rather than on bandwidth. Asking for
-    // the row kPackAhead rows ahead took 1-2% off the AVX2 target's backward call at 2 threads
-    // (braun/1x320-CE-short, in-process alternation both ways round, EPYC Zen 4, 2026-12-05); 2,
-    // 8 and 16 rows ahead gave about the same.
-    constexpr int64_t kPackAhead = 4;
     // Row by row, so each source line is read once; the tiles are written in parallel streams.
     for (int64_t k = 0; k < len; ++k) {
         const float* src = dgates + (k0 + k) * gc + c_begin;
         float* dst = a_pack + k * kGradTileCols;
-        if (k + kPackAhead < len) prefetch_rows(src + kPackAhead * gc, gc, 1, row_lines);
+        if (k + kGradPackAhead < len) prefetch_l2(src + kGradPackAhead * gc, row_lines);
         // A whole tile row is a fixed-size copy (two moves) rather than a loop of scalar copies:
         // perf's share of this function in braun/1x320-CE-short (AVX2 target, 2 threads, EPYC
         // Zen 4) fell from 3.3% to 2.2-2.6% (one profile before, two after).
