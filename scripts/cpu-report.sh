@@ -3,18 +3,20 @@
 # runs on, into one folder: the machine and the path each variant takes on it, Braun's 1x320
 # table and plot, the paired fused / oneDNN ratios in several processes (the machines these
 # docs came from moved by up to 10% between processes, so one process proves little), the CTC
-# kernel's time, and a perf profile of fused's CE-short step. Run it on a quiet machine: a third
-# runnable process on 2 cores wrecks the per-step barriers' timings.
+# kernel's time, PyTorch's on the same shapes (CTC's peer), and a perf profile of fused's CE-short
+# step. Run it on a quiet machine: a third runnable process on 2 cores wrecks the per-step
+# barriers' timings.
 #
 # Usage: scripts/cpu-report.sh OUT_DIR [--stand-in] [--processes N] [--threads LIST]
 #   --stand-in     hold every path to what an AVX2-only CPU runs (LSTM_MAX_CPU_ISA=avx2,
-#                  DNNL_MAX_CPU_ISA=AVX2); basic is left out then, as its Eigen code is compiled
-#                  for the host and cannot be capped at run time
+#                  DNNL_MAX_CPU_ISA=AVX2, and PyTorch's ATEN_CPU_CAPABILITY=avx2 and
+#                  OPENBLAS_CORETYPE=Haswell); basic is left out then, as its Eigen code is
+#                  compiled for the host and cannot be capped at run time
 #   --processes N  processes of the paired cases (default 5)
 #   --threads L    thread counts, comma-separated (default 1,2)
-# Needs the README's Release build in build/; matplotlib for the PNG and perf for the profile
-# (each is skipped, with a note in summary.md, where missing). PyTorch's CTC is timed apart from
-# this, by the peers' scripts, as docs/ctc.md describes.
+# Needs the README's Release build in build/; matplotlib for the PNG, PyTorch (Debian's
+# python3-torch with libopenblas0-pthread) for its timings and perf for the profile (each is
+# skipped, with a note in summary.md, where missing). It takes about 10 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,17 +44,30 @@ bench=build/bench/lstm_bench
 mkdir -p "$out"
 variants='(basic|fused|onednn)'
 if [[ $stand_in == 1 ]]; then
-    export LSTM_MAX_CPU_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2
+    export LSTM_MAX_CPU_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2
+    export OPENBLAS_CORETYPE=Haswell
     variants='(fused|onednn)'
 fi
 summary=$out/summary.md
 stamp() { date -u '+%Y-%m-%d %H:%M:%S UTC'; }
+# The first python that imports module $1, or nothing: Debian's python3-matplotlib and
+# python3-torch live in the system python, which a python3 earlier in PATH may hide.
+python_with() {
+    local py
+    for py in python3 /usr/bin/python3; do
+        if "$py" -c "import $1" 2>/dev/null; then
+            echo "$py"
+            return
+        fi
+    done
+}
 
 {
     echo "# CPU report, $(stamp)"
     echo
     echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified tree)');"
-    echo "caps: LSTM_MAX_CPU_ISA=${LSTM_MAX_CPU_ISA:-none} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-none}."
+    echo "caps: LSTM_MAX_CPU_ISA=${LSTM_MAX_CPU_ISA:-none} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-none}" \
+        "ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-none} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-none}."
     echo
     echo '```'
     lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|L1d|L2|L3)' || true
@@ -73,7 +88,8 @@ start=$(stamp)
     --benchmark_display_aggregates_only=true --benchmark_out="$out/braun.json" \
     --benchmark_out_format=json > "$out/braun.txt" 2> "$out/braun-context.txt"
 png_args=()
-python3 -c 'import matplotlib' 2>/dev/null && png_args=(--png "$out/braun.png")
+plot_python=$(python_with matplotlib)
+[[ -n $plot_python ]] && png_args=(--png "$out/braun.png")
 {
     echo
     echo "## Braun 1x320, 2 threads, 5 interleaved repetitions ($start to $(stamp))"
@@ -81,7 +97,7 @@ python3 -c 'import matplotlib' 2>/dev/null && png_args=(--png "$out/braun.png")
     # The bench's own context: the FMA peak its peak_frac divides by, and whether it ran alone.
     grep -E '^(fma_peak|busy_processes|Load Average)' "$out/braun-context.txt" | sed 's/^/    /'
     echo
-    python3 scripts/plot-bench.py "$out/braun.json" "${png_args[@]}"
+    "${plot_python:-python3}" scripts/plot-bench.py "$out/braun.json" "${png_args[@]}"
     echo
     [[ ${#png_args[@]} -gt 0 ]] || echo "(no plot: matplotlib is not installed)"
 } >> "$summary"
@@ -115,7 +131,8 @@ done
 # The CTC kernel on Braun's CTC shape (forward + gradient).
 echo "cpu-report: CTC, $(stamp)" >&2
 "$bench" --benchmark_filter='loss/ctc/cpu' --lstm_threads=2 --benchmark_repetitions=5 \
-    --benchmark_display_aggregates_only=true > "$out/ctc.txt" 2> /dev/null
+    --benchmark_display_aggregates_only=true --benchmark_out="$out/ctc.json" \
+    --benchmark_out_format=json > "$out/ctc.txt" 2> /dev/null
 {
     echo
     echo "## CTC kernel, 2 threads, medians of 5 ($(stamp))"
@@ -124,6 +141,49 @@ echo "cpu-report: CTC, $(stamp)" >&2
     grep -E '_median' "$out/ctc.txt" || true
     echo '```'
 } >> "$summary"
+
+# PyTorch on the same shapes in the same minutes: the CTC target's peer, and the CE steps'.
+{
+    echo
+    echo "## PyTorch, 2 threads"
+    echo
+} >> "$summary"
+torch_python=$(python_with torch)
+if [[ -n $torch_python ]]; then
+    echo "cpu-report: PyTorch, $(stamp)" >&2
+    start=$(stamp)
+    "$torch_python" scripts/torch-peers.py --threads 2 > "$out/torch.txt" 2>&1 || true
+    {
+        echo "$start to $(stamp):"
+        echo
+        cat "$out/torch.txt"
+        echo
+        echo "Ratios to PyTorch (this library's medians above / PyTorch's median):"
+        echo
+        python3 - "$out/ctc.json" "$out/braun.json" "$out/torch.txt" <<'PY'
+import json, re, sys
+torch_ms = {}
+for line in open(sys.argv[3]):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) == 5 and re.fullmatch(r"[0-9.]+", cells[1]):
+        torch_ms[cells[0]] = float(cells[1])
+def medians(path):
+    for b in json.load(open(path))["benchmarks"]:
+        if b.get("aggregate_name") == "median":
+            yield b["run_name"], b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6}[b["time_unit"]]
+for name, ms in medians(sys.argv[1]):
+    if "ctc" in torch_ms:
+        print(f"- {name}: {ms:.1f} ms, {ms / torch_ms['ctc']:.3f}x PyTorch's ctc")
+for name, ms in medians(sys.argv[2]):
+    scenario = name.split("/")[1]
+    if scenario in torch_ms:
+        print(f"- {name}: {ms:.1f} ms, {ms / torch_ms[scenario]:.3f}x PyTorch's step")
+PY
+    } >> "$summary"
+else
+    echo "(not timed: python3 cannot import torch; apt-get install python3-torch" \
+        "libopenblas0-pthread)" >> "$summary"
+fi
 
 # Where fused's CE-short step spends its time.
 {
