@@ -118,6 +118,7 @@ def main():
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}, "
           f"BLAS loaded: {loaded_blas()}, ATen CPU capability: "
           f"{capability() if capability else 'not reported by this version'}")
     print()
