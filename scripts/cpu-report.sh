@@ -66,8 +66,10 @@ python_with() {
     echo "# CPU report, $(stamp)"
     echo
     echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified tree)');"
-    echo "caps: LSTM_MAX_CPU_ISA=${LSTM_MAX_CPU_ISA:-none} DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-none}" \
-        "ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-none} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-none}."
+    echo "caps: LSTM_MAX_CPU_ISA=${LSTM_MAX_CPU_ISA:-none}" \
+        "DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-none}" \
+        "ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-none}" \
+        "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-none}."
     echo
     echo '```'
     lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|L1d|L2|L3)' || true
@@ -167,10 +169,11 @@ for line in open(sys.argv[3]):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     if len(cells) == 5 and re.fullmatch(r"[0-9.]+", cells[1]):
         torch_ms[cells[0]] = float(cells[1])
+ms_per_unit = {"s": 1e3, "ms": 1, "us": 1e-3, "ns": 1e-6}
 def medians(path):
     for b in json.load(open(path))["benchmarks"]:
         if b.get("aggregate_name") == "median":
-            yield b["run_name"], b["real_time"] * {"ms": 1, "us": 1e-3, "ns": 1e-6}[b["time_unit"]]
+            yield b["run_name"], b["real_time"] * ms_per_unit[b["time_unit"]]
 for name, ms in medians(sys.argv[1]):
     if "ctc" in torch_ms:
         print(f"- {name}: {ms:.1f} ms, {ms / torch_ms['ctc']:.3f}x PyTorch's ctc")

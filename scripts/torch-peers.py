@@ -97,7 +97,7 @@ def loaded_blas():
             path = line.split()[-1]
             if "blas" in path or "lapack" in path or "mkl" in path:
                 names.add(path.rsplit("/", 1)[-1])
-    return ", ".join(sorted(names)) or "none found (BLAS compiled in, or MKL)"
+    return ", ".join(sorted(names)) or "none found (a BLAS linked in statically)"
 
 
 def main():
