@@ -1037,27 +1037,13 @@ public:
 
 protected:
     void run_forward(const Config& c, const ForwardArgs<float>& a) const override {
-        switch (fused_isa()) {
-            case FusedIsa::avx512:
-                return loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).forward(a);
-            case FusedIsa::avx2:
-                return loop<float, fused_detail::Avx2FusedKernels>(c, a.x).forward(a);
-            default:
-                return loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).forward(a);
-        }
+        with_fastest_loop(c, a.x, [&](auto&& time_loop) { time_loop.forward(a); });
     }
     void run_forward(const Config& c, const ForwardArgs<double>& a) const override {
         loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).forward(a);
     }
     void run_backward(const Config& c, const BackwardArgs<float>& a) const override {
-        switch (fused_isa()) {
-            case FusedIsa::avx512:
-                return loop<float, kernels::cpu::Avx512FusedKernels>(c, a.x).backward(a);
-            case FusedIsa::avx2:
-                return loop<float, fused_detail::Avx2FusedKernels>(c, a.x).backward(a);
-            default:
-                return loop<float, kernels::cpu::PortableFusedKernels<float>>(c, a.x).backward(a);
-        }
+        with_fastest_loop(c, a.x, [&](auto&& time_loop) { time_loop.backward(a); });
     }
     void run_backward(const Config& c, const BackwardArgs<double>& a) const override {
         loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).backward(a);
@@ -1067,6 +1053,19 @@ private:
     template <typename T, typename K>
     static fused_detail::FusedLoop<T, K> loop(const Config& config, const TensorView<const T>& x) {
         return fused_detail::FusedLoop<T, K>(config, x.size(0), x.size(1));
+    }
+    // Calls run(loop) with the fp32 time loop on the kernel set fused_isa() picks for this CPU
+    // (fp64 has only the portable one); x (T, N, I), host.
+    template <typename Run>
+    static void with_fastest_loop(const Config& c, const TensorView<const float>& x, Run&& run) {
+        switch (fused_isa()) {
+            case FusedIsa::avx512:
+                return run(loop<float, kernels::cpu::Avx512FusedKernels>(c, x));
+            case FusedIsa::avx2:
+                return run(loop<float, fused_detail::Avx2FusedKernels>(c, x));
+            default:
+                return run(loop<float, kernels::cpu::PortableFusedKernels<float>>(c, x));
+        }
     }
 };
 
