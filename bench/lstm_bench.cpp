@@ -17,12 +17,15 @@
 #include "flags.hpp"
 #include "host_context.hpp"
 #include "imdb_bench.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "pair_bench.hpp"
 
 int main(int argc, char** argv) {
     lstm::bench::BenchFlags flags;
     try {
         flags = lstm::bench::parse_bench_flags(&argc, argv);
+        // A bad LSTM_MAX_CPU_ISA is named here, before any case would throw it from its setup.
+        (void)lstm::kernels::cpu::isa_cap();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "lstm_bench: %s\n", e.what());
         return 2;

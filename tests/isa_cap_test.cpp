@@ -58,6 +58,50 @@ TEST_CASE("LSTM_MAX_CPU_ISA takes all, avx2 and sse4, and names itself otherwise
     }
 }
 
+TEST_CASE("LSTM_MAX_CPU_ISA narrower than the compiled baseline is refused, naming both",
+          "[isa_cap]") {
+    using kernels::cpu::checked_isa_cap;
+    // Built with SSE4 kernels (no -march beyond the default): every ceiling is honoured.
+    CHECK(checked_isa_cap("sse4", SimdCap::sse4, "SSE4") == SimdCap::sse4);
+    CHECK(checked_isa_cap("avx2", SimdCap::sse4, "SSE4") == SimdCap::avx2);
+    // Built for AVX2 (-march=x86-64-v3): avx2 and all stand, sse4 has nothing to run.
+    CHECK(checked_isa_cap("AVX2", SimdCap::avx2, "AVX2") == SimdCap::avx2);
+    CHECK(checked_isa_cap(nullptr, SimdCap::avx2, "AVX2") == SimdCap::all);
+    CHECK_THROWS_AS(checked_isa_cap("sse4", SimdCap::avx2, "AVX2"), InvalidArgument);
+    CHECK_THROWS_WITH(checked_isa_cap("sse4", SimdCap::avx2, "AVX2"),
+                      Contains("LSTM_MAX_CPU_ISA = 'sse4' is narrower than this build's CPU "
+                               "kernels allow: they were compiled with AVX2 as their baseline") &&
+                          Contains("the narrowest ceiling is 'avx2'"));
+    // Built for AVX-512 (-march=native there): only all stands.
+    CHECK(checked_isa_cap("all", SimdCap::all, "AVX3") == SimdCap::all);
+    CHECK_THROWS_WITH(checked_isa_cap("avx2", SimdCap::all, "AVX3"),
+                      Contains("compiled with AVX3 as their baseline") &&
+                          Contains("the narrowest ceiling is 'all'"));
+    // A malformed value is still named as such, whatever the baseline.
+    CHECK_THROWS_WITH(checked_isa_cap("avx512", SimdCap::all, "AVX3"),
+                      Contains("is not one of all, avx2, sse4"));
+}
+
+TEST_CASE("the narrowest ceiling follows the Highway targets this build compiled", "[isa_cap]") {
+    // simd_baseline_name() is the target lstm_cpu's flags made static; Highway names x86-64's
+    // "SSE2", "SSSE3", "SSE4", "AVX2", "AVX3"... Every set from the baseline up is compiled, so
+    // the narrowest ceiling is the cap at or above that baseline.
+    const std::string baseline = kernels::cpu::simd_baseline_name();
+    const SimdCap narrowest = kernels::cpu::narrowest_simd_cap();
+    INFO("baseline " << baseline << ", narrowest ceiling "
+                     << kernels::cpu::isa_cap_name(narrowest));
+#if defined(__x86_64__)
+    if (starts_with(baseline, "AVX3"))
+        CHECK(narrowest == SimdCap::all);
+    else if (baseline == "AVX2")
+        CHECK(narrowest == SimdCap::avx2);
+    else
+        CHECK(narrowest == SimdCap::sse4);
+#else
+    CHECK(narrowest == SimdCap::all);  // the caps name x86 instruction sets only
+#endif
+}
+
 TEST_CASE("this process's LSTM_MAX_CPU_ISA reaches every path", "[isa_cap]") {
 #if !defined(__x86_64__) || !(defined(__GNUC__) || defined(__clang__))
     LSTM_SKIP("not x86-64 with GCC or Clang: the cap applies to x86 instruction sets only");

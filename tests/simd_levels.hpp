@@ -87,7 +87,13 @@ public:
     }
 
     std::string why_not() const {
-        return std::string("this CPU cannot run the ") + (cap_ == SimdCap::avx2 ? "AVX2" : "SSE4") +
+        const std::string set = cap_ == SimdCap::avx2 ? "AVX2" : "SSE4";
+        // The enumerators run from widest to narrowest: a larger cap is narrower.
+        if (cap_ > kernels::cpu::narrowest_simd_cap()) {
+            return "this build has no " + set + " kernels: its flags made " +
+                   kernels::cpu::simd_baseline_name() + " the baseline of lstm_cpu";
+        }
+        return "this CPU cannot run the " + set +
                " kernels (dispatched: " + kernels::cpu::simd_target_name() + ")" +
                kernels::cpu::isa_cap_note();
     }

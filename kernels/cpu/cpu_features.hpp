@@ -47,15 +47,6 @@ inline SimdCap parse_isa_cap(const char* value) {
     fail("LSTM_MAX_CPU_ISA = '", value, "' is not one of all, avx2, sse4");
 }
 
-// The process's ceiling, LSTM_MAX_CPU_ISA read at the first use, as oneDNN reads its
-// DNNL_MAX_CPU_ISA. It lets a wider machine run everything a narrower one runs: fused's default
-// path and which of its paths exist, the tests that skip what the CPU lacks, and the Highway
-// kernels' dispatch (kernels/cpu/simd.hpp: the CTC loss, the FMA peak).
-inline SimdCap isa_cap() {
-    static const SimdCap cap = parse_isa_cap(std::getenv("LSTM_MAX_CPU_ISA"));
-    return cap;
-}
-
 // The value isa_cap() came from: "all", "avx2" or "sse4".
 inline const char* isa_cap_name(SimdCap cap) {
     switch (cap) {
@@ -67,6 +58,39 @@ inline const char* isa_cap_name(SimdCap cap) {
             return "sse4";
     }
     return "?";
+}
+
+// The narrowest ceiling the compiled kernels (lstm_cpu) can honour, and Highway's name of the
+// instruction set their compiler flags made the baseline (kernels/cpu/simd.cpp). Highway compiles
+// no target below that baseline: built with -march=x86-64-v3 (or -march=native on an AVX2 machine)
+// lstm_cpu has AVX2 and AVX-512 kernels but no SSE4 ones, so the narrowest ceiling is avx2.
+SimdCap narrowest_simd_cap();
+const char* simd_baseline_name();
+
+// parse_isa_cap(value), refused (lstm::Error naming the variable) when it is narrower than
+// `narrowest`: a ceiling with nothing compiled under it would leave the kernels above it running
+// while the cap claimed otherwise. `baseline` names the instruction set for the message.
+inline SimdCap checked_isa_cap(const char* value, SimdCap narrowest, const char* baseline) {
+    const SimdCap cap = parse_isa_cap(value);
+    // The enumerators run from widest to narrowest, so the larger one is the narrower ceiling.
+    if (cap > narrowest) {
+        fail("LSTM_MAX_CPU_ISA = '", value,
+             "' is narrower than this build's CPU kernels allow: they were compiled with ",
+             baseline, " as their baseline (compiler flags such as -march), so the narrowest ",
+             "ceiling is '", isa_cap_name(narrowest),
+             "'; set that or a wider one, or build the library without those flags");
+    }
+    return cap;
+}
+
+// The process's ceiling, LSTM_MAX_CPU_ISA read at the first use, as oneDNN reads its
+// DNNL_MAX_CPU_ISA. It lets a wider machine run everything a narrower one runs: fused's default
+// path and which of its paths exist, the tests that skip what the CPU lacks, and the Highway
+// kernels' dispatch (kernels/cpu/simd.hpp: the CTC loss, the FMA peak).
+inline SimdCap isa_cap() {
+    static const SimdCap cap = checked_isa_cap(std::getenv("LSTM_MAX_CPU_ISA"),
+                                               narrowest_simd_cap(), simd_baseline_name());
+    return cap;
 }
 
 // For messages that say an instruction set is missing: where isa_cap() is what hides it, the

@@ -53,6 +53,14 @@ HWY_EXPORT(TargetBits);
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(FmaPeakLoop);
 
+SimdCap narrowest_simd_cap() {
+    if (HWY_TARGETS & HWY_SSE4) return SimdCap::sse4;
+    if (HWY_TARGETS & HWY_AVX2) return SimdCap::avx2;
+    return SimdCap::all;
+}
+
+const char* simd_baseline_name() { return hwy::TargetName(HWY_STATIC_TARGET); }
+
 const char* simd_target_name() {
     apply_isa_cap();
     return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetBits)());

@@ -26,7 +26,8 @@ void restrict_simd_to_avx2(bool avx2_max);
 // Caps the dispatched kernels at `cap` (all: whatever the CPU has; avx2: as
 // restrict_simd_to_avx2(true); sse4: 128-bit vectors, for testing the narrow code path), or at
 // isa_cap() (LSTM_MAX_CPU_ISA) where that is narrower, for calls that start after it returns. A
-// CPU without the capped set runs a narrower one: check simd_target_name(). No effect on other
+// CPU without the capped set runs a narrower one, and a build without it (a cap narrower than
+// narrowest_simd_cap()) its baseline: check simd_target_name(). No effect on other
 // architectures' targets.
 void restrict_simd(SimdCap cap);
 

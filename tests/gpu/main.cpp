@@ -8,24 +8,17 @@
 
 #include "case_registry.hpp"
 #include "lstm/cuda/runtime.hpp"
+#include "runner_util.hpp"
 #include "tolerance_listener.hpp"
-
-namespace {
-// The conventional "skipped" exit status (automake's); ctest maps it to "Skipped".
-constexpr int kSkipExitCode = 77;
-}  // namespace
 
 int main(int argc, char** argv) {
     lstm::test::register_generated_cases();
     Catch::Session session;
     if (const int bad_arguments = session.applyCommandLine(argc, argv)) return bad_arguments;
-    const Catch::ConfigData& config = session.configData();
-    const bool runs_cases = !(config.listTests || config.listTestNamesOnly || config.listTags ||
-                              config.listReporters || config.showHelp || config.libIdentify);
-    if (runs_cases) {
+    if (lstm::test::runs_cases(session.configData())) {
         if (!lstm::cuda::device_available()) {
             std::printf("lstm_gpu_tests: no CUDA device visible; skipping every GPU test\n");
-            return kSkipExitCode;
+            return lstm::test::kSkipExitCode;
         }
         std::printf("lstm_gpu_tests on %s\n", lstm::cuda::device_description(0).c_str());
         std::fflush(stdout);

@@ -8,8 +8,10 @@ execute_process(COMMAND ${TOOL} ${ARGS}
     ERROR_VARIABLE err)
 set(all "${out}${err}")
 if(NOT rc STREQUAL EXPECT_RC)
-    message(FATAL_ERROR
-        "lstm_tool ${ARGS}: exit code ${rc}, expected ${EXPECT_RC}; output:\n${all}")
+    # The output verbatim first: FATAL_ERROR re-wraps its text, and a test's
+    # SKIP_REGULAR_EXPRESSION matches the tool's own lines.
+    message("${all}")
+    message(FATAL_ERROR "lstm_tool ${ARGS}: exit code ${rc}, expected ${EXPECT_RC} (output above)")
 endif()
 if(DEFINED EXPECT_OUTPUT AND NOT all MATCHES "${EXPECT_OUTPUT}")
     message(FATAL_ERROR "lstm_tool ${ARGS}: output does not match '${EXPECT_OUTPUT}':\n${all}")
