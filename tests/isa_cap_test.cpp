@@ -64,7 +64,7 @@ TEST_CASE("LSTM_MAX_CPU_ISA narrower than the compiled baseline is refused, nami
     // Built with SSE4 kernels (no -march beyond the default): every ceiling is honoured.
     CHECK(checked_isa_cap("sse4", SimdCap::sse4, "SSE4") == SimdCap::sse4);
     CHECK(checked_isa_cap("avx2", SimdCap::sse4, "SSE4") == SimdCap::avx2);
-    // Built for AVX2 (-march=x86-64-v3): avx2 and all stand, sse4 has nothing to run.
+    // Built for AVX2 (-march=znver3): avx2 and all stand, sse4 has nothing to run.
     CHECK(checked_isa_cap("AVX2", SimdCap::avx2, "AVX2") == SimdCap::avx2);
     CHECK(checked_isa_cap(nullptr, SimdCap::avx2, "AVX2") == SimdCap::all);
     CHECK_THROWS_AS(checked_isa_cap("sse4", SimdCap::avx2, "AVX2"), InvalidArgument);

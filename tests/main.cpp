@@ -1,7 +1,7 @@
 // lstm_tests' main. Under an LSTM_MAX_CPU_ISA narrower than this build's CPU kernels allow (ctest's
-// runs capped to AVX2 and SSE4, when the library was compiled with flags such as
-// -march=x86-64-v3 that leave those kernels out), every case would fail on the same refusal; such
-// a run exits with ctest's skip code instead and says why.
+// runs capped to AVX2 and SSE4, when the library was compiled with flags such as -march=znver3
+// that leave those kernels out), every case would fail on the same refusal; such a run exits with
+// ctest's skip code instead and says why.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cstdio>

@@ -78,7 +78,7 @@ lstm_tool_cli_test(info_bad_isa_cap 1 "LSTM_MAX_CPU_ISA = 'avx1024' is not one o
 lstm_tool_cli_test(ctc_bad_isa_cap 1 "LSTM_MAX_CPU_ISA = 'avx1024' is not one of all, avx2, sse4"
     ctc --inputs ${LSTM_TOOL_DATA}/ctc_logits_padded.inputs.safetensors
     --out ${LSTM_TOOL_SCRATCH}/ctc_bad_isa_cap.out.safetensors)
-# A build whose flags leave out the SSE4 kernels (-march=x86-64-v3 and wider) refuses the cap,
+# A build whose flags leave out the SSE4 kernels (-march=znver3 and wider) refuses the cap,
 # saying so; the test then reports itself skipped with that message (docs/testing.md).
 set_tests_properties(tool_cli_info_isa_cap PROPERTIES ENVIRONMENT LSTM_MAX_CPU_ISA=sse4
     SKIP_REGULAR_EXPRESSION "is narrower than this build.s CPU kernels allow")

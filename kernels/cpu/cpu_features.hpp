@@ -62,8 +62,9 @@ inline const char* isa_cap_name(SimdCap cap) {
 
 // The narrowest ceiling the compiled kernels (lstm_cpu) can honour, and Highway's name of the
 // instruction set their compiler flags made the baseline (kernels/cpu/simd.cpp). Highway compiles
-// no target below that baseline: built with -march=x86-64-v3 (or -march=native on an AVX2 machine)
-// lstm_cpu has AVX2 and AVX-512 kernels but no SSE4 ones, so the narrowest ceiling is avx2.
+// no target below that baseline. Built with -march=native on a Zen 3 (flags with AVX2, FMA, BMI2,
+// F16C, AES and PCLMUL, all of which Highway's AVX2 target needs) lstm_cpu has AVX2 and AVX-512
+// kernels but no SSE4 ones, so the narrowest ceiling is avx2.
 SimdCap narrowest_simd_cap();
 const char* simd_baseline_name();
 
