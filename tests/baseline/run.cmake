@@ -25,12 +25,7 @@ set(flags "-march=x86-64-v3 -maes -mpclmul")
 set(build ${WORK_DIR}/build)
 file(REMOVE_RECURSE ${WORK_DIR})
 
-function(run_step)
-    execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-    if(NOT rc EQUAL 0)
-        message(FATAL_ERROR "step failed (${rc}): ${ARGN}")
-    endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../run_step.cmake)
 
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${build} -G "${GENERATOR}"
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${flags}" -DLSTM_NATIVE_ARCH=OFF
