@@ -83,9 +83,9 @@ TEST_CASE("LSTM_MAX_CPU_ISA narrower than the compiled baseline is refused, nami
 }
 
 TEST_CASE("the narrowest ceiling follows the Highway targets this build compiled", "[isa_cap]") {
-    // simd_baseline_name() is the target lstm_cpu's flags made static; Highway names x86-64's
-    // "SSE2", "SSSE3", "SSE4", "AVX2", "AVX3"... Every set from the baseline up is compiled, so
-    // the narrowest ceiling is the cap at or above that baseline.
+    // simd_baseline_name() is the target lstm_cpu's flags made static: on x86-64 Highway 1.0 says
+    // "SCALAR" or "EMU128" without -march, then "SSSE3", "SSE4", "AVX2", "AVX3"... Every set from
+    // the baseline up is compiled, so the narrowest ceiling is the cap at or above that baseline.
     const std::string baseline = kernels::cpu::simd_baseline_name();
     const SimdCap narrowest = kernels::cpu::narrowest_simd_cap();
     INFO("baseline " << baseline << ", narrowest ceiling "
