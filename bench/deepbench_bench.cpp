@@ -51,6 +51,7 @@ enum class Pass {
     fwd,          // training forward (reserve written)
     bwd_data,     // BackwardPart::data: dx, and the reserve for the weights part
     bwd_weights,  // BackwardPart::weights: the weight gradients
+    bwd,          // BackwardPart::all: both in one call, which every variant can time
 };
 const char* pass_name(Pass p) {
     switch (p) {
@@ -60,6 +61,8 @@ const char* pass_name(Pass p) {
             return "bwd_data";
         case Pass::bwd_weights:
             return "bwd_weights";
+        case Pass::bwd:
+            return "bwd";
     }
     return "?";
 }
@@ -89,7 +92,7 @@ std::string case_name(const DeepBenchCase& c) {
 std::optional<std::string> why_not_runnable(const DeepBenchCase& c) {
     if (auto why = why_device_unavailable(*c.variant)) return *why;
     if (auto why = c.variant->supports(config_of(c.shape), DType::f32)) return *why;
-    if (c.pass != Pass::fwd) {
+    if (c.pass == Pass::bwd_data || c.pass == Pass::bwd_weights) {
         if (auto why = c.variant->supports_split_backward())
             return std::string("backward data and weights cannot be timed apart: ") + *why;
     }
@@ -156,9 +159,9 @@ public:
         variant_.forward(config_, a);
     }
 
-    // One backward part after forward(): data overwrites dx (T, N, H, variant's device); weights
-    // ADDS into dparams, which is never zeroed here (a gradient accumulating over calls, as
-    // PyTorch's).
+    // One backward part, or both (all), after forward(): data overwrites dx (T, N, H, variant's
+    // device); weights ADDS into dparams, which is never zeroed here (a gradient accumulating over
+    // calls, as PyTorch's).
     void backward(BackwardPart part) {
         BackwardArgs<float> a;
         a.x = view(x_);
@@ -183,10 +186,20 @@ public:
         if (p == Pass::bwd_weights) backward(BackwardPart::data);
     }
     void timed_call(Pass p) {
-        if (p == Pass::fwd)
-            forward();
-        else
-            backward(p == Pass::bwd_data ? BackwardPart::data : BackwardPart::weights);
+        switch (p) {
+            case Pass::fwd:
+                forward();
+                return;
+            case Pass::bwd_data:
+                backward(BackwardPart::data);
+                return;
+            case Pass::bwd_weights:
+                backward(BackwardPart::weights);
+                return;
+            case Pass::bwd:
+                backward(BackwardPart::all);
+                return;
+        }
     }
 
 private:
@@ -284,9 +297,11 @@ void time_pass(benchmark::State& state, const DeepBenchCase& c) {
         timer.stop(state);
     }
     // Each pass is one forward's worth of GEMMs under the FLOP convention (bench/flops.hpp):
-    // data = dgates times both weight matrices, weights = dgates times both partners.
+    // data = dgates times both weight matrices, weights = dgates times both partners; the whole
+    // backward is both.
     const std::vector<int64_t> lengths(static_cast<size_t>(c.shape.batch), c.shape.seq_len);
-    const double flops = lstm_forward_flops(p.config(), lengths);
+    const double forwards = c.pass == Pass::bwd ? 2.0 : 1.0;
+    const double flops = forwards * lstm_forward_flops(p.config(), lengths);
     state.counters["GFLOP/s"] =
         benchmark::Counter(flops / kFlopsPerGflop, benchmark::Counter::kIsIterationInvariantRate);
     // The host's FMA peak says nothing about a GPU's, so cuda cases get no fraction.
@@ -326,7 +341,7 @@ void register_deepbench_cases(const BenchFlags& flags) {
         const std::vector<int> thread_counts =
             device == Device::cpu ? flags.threads : std::vector<int>{0};
         for (const DeepBenchShape& s : deepbench_shapes())
-            for (Pass pass : {Pass::fwd, Pass::bwd_data, Pass::bwd_weights})
+            for (Pass pass : {Pass::fwd, Pass::bwd_data, Pass::bwd_weights, Pass::bwd})
                 for (const Variant* v : variants_on(device))
                     for (int k : thread_counts) {
                         const DeepBenchCase c{s, pass, v, k, warmup_repeats(flags, device)};

@@ -2,7 +2,7 @@
 
 // Registers the DeepBench LSTM kernel cases (docs/benchmarks.md, "DeepBench kernel sizes") for
 // every variant, one fixture for both devices:
-// deepbench/H:<H>/N:<N>/T:<T>/<fwd|bwd_data|bwd_weights>/cpu/<variant>/ threads:K, and
+// deepbench/H:<H>/N:<N>/T:<T>/<fwd|bwd_data|bwd_weights|bwd>/cpu/<variant>/ threads:K, and
 // .../cuda/<variant> (once, no thread sweep; skipped with the reason when no GPU is visible).
 
 #include <cstdint>
