@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
     if (lstm::test::runs_cases(session.configData())) {
         const char* cap = std::getenv("LSTM_MAX_CPU_ISA");
         try {
-            if (kc::parse_isa_cap(cap) > kc::narrowest_simd_cap()) {  // larger = narrower
+            if (kc::narrower_than(kc::parse_isa_cap(cap), kc::narrowest_simd_cap())) {
                 std::printf(
                     "LSTM_TEST_SKIPPED: LSTM_MAX_CPU_ISA = %s, but this build has no "
                     "kernels that narrow (its flags made %s the baseline of lstm_cpu)\n",

@@ -60,6 +60,11 @@ inline const char* isa_cap_name(SimdCap cap) {
     return "?";
 }
 
+// Whether ceiling a allows less than ceiling b. The enumerators run from widest to narrowest.
+inline bool narrower_than(SimdCap a, SimdCap b) {
+    return static_cast<int>(a) > static_cast<int>(b);
+}
+
 // The narrowest ceiling the compiled kernels (lstm_cpu) can honour, and Highway's name of the
 // instruction set their compiler flags made the baseline (kernels/cpu/simd.cpp). Highway compiles
 // no target below that baseline. Built with -march=native on a Zen 3 (flags with AVX2, FMA, BMI2,
@@ -73,8 +78,7 @@ const char* simd_baseline_name();
 // while the cap claimed otherwise. `baseline` names the instruction set for the message.
 inline SimdCap checked_isa_cap(const char* value, SimdCap narrowest, const char* baseline) {
     const SimdCap cap = parse_isa_cap(value);
-    // The enumerators run from widest to narrowest, so the larger one is the narrower ceiling.
-    if (cap > narrowest) {
+    if (narrower_than(cap, narrowest)) {
         fail("LSTM_MAX_CPU_ISA = '", value,
              "' is narrower than this build's CPU kernels allow: they were compiled with ",
              baseline, " as their baseline (compiler flags such as -march), so the narrowest ",
