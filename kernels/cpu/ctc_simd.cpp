@@ -145,7 +145,7 @@ using D1 = hn::CappedTag<double, 1>;
 // degree-10 polynomial: the Chebyshev fit of e^r on [-ln2/2, ln2/2] (mpmath.chebyfit, fit error
 // 2.2e-16).
 template <class D>
-HWY_INLINE hn::Vec<D> ExpNonpositive(D d, hn::Vec<D> x) {
+HWY_INLINE hn::Vec<D> exp_nonpositive(D d, hn::Vec<D> x) {
     const hn::RebindToUnsigned<D> du;
     const auto floor = hn::Set(d, -700.0);
     const auto in_range = hn::Gt(x, floor);
@@ -178,7 +178,7 @@ HWY_INLINE hn::Vec<D> ExpNonpositive(D d, hn::Vec<D> x) {
 // No range reduction and no division (a vector divide costs as much as ~16 FMAs): u * g(u) with g
 // the degree-18 Chebyshev fit of log1p(u) / u on [0, 1] (mpmath.chebyfit, fit error 3.9e-16).
 template <class D>
-HWY_INLINE hn::Vec<D> Log1pUnit(D d, hn::Vec<D> u) {
+HWY_INLINE hn::Vec<D> log1p_unit(D d, hn::Vec<D> u) {
     auto c = [d](double value) { return hn::Set(d, value); };
     const auto u2 = hn::Mul(u, u);
     const auto u4 = hn::Mul(u2, u2);
@@ -208,22 +208,22 @@ HWY_INLINE hn::Vec<D> Log1pUnit(D d, hn::Vec<D> u) {
 // Never -inf - -inf: the exp's argument uses max(max, lowest), so both -inf gives -inf + 0. The
 // result is >= max(a, b), which the label recursions rely on.
 template <class D>
-HWY_INLINE hn::Vec<D> LogAdd(D d, hn::Vec<D> a, hn::Vec<D> b) {
+HWY_INLINE hn::Vec<D> log_add(D d, hn::Vec<D> a, hn::Vec<D> b) {
     const auto x = hn::Max(a, b);
     const auto y = hn::Min(a, b);
     const auto x_safe = hn::Max(x, hn::Set(d, std::numeric_limits<double>::lowest()));
-    return hn::Add(x, Log1pUnit(d, ExpNonpositive(d, hn::Sub(y, x_safe))));
+    return hn::Add(x, log1p_unit(d, exp_nonpositive(d, hn::Sub(y, x_safe))));
 }
 
-double LogAddScalar(double a, double b) {
+double log_add_scalar(double a, double b) {
     const D1 d1;
-    return hn::GetLane(LogAdd(d1, hn::Set(d1, a), hn::Set(d1, b)));
+    return hn::GetLane(log_add(d1, hn::Set(d1, a), hn::Set(d1, b)));
 }
 
 // Stores the first `count` lanes of v at p and keeps the rest of p's vector (scratch only: the
 // rest belongs to this thread, and the slack makes the whole vector addressable).
 template <class D>
-HWY_INLINE void StoreFirst(D d, hn::Vec<D> v, int64_t count, double* p) {
+HWY_INLINE void store_first(D d, hn::Vec<D> v, int64_t count, double* p) {
     if (count >= static_cast<int64_t>(hn::Lanes(d))) {
         hn::StoreU(v, d, p);
     } else {
@@ -233,28 +233,28 @@ HWY_INLINE void StoreFirst(D d, hn::Vec<D> v, int64_t count, double* p) {
 }
 
 template <class D>
-HWY_INLINE hn::Vec<D> LoadAsDouble(D d, const float* p) {
+HWY_INLINE hn::Vec<D> load_as_double(D d, const float* p) {
     const hn::Rebind<float, D> df;
     return hn::PromoteTo(d, hn::LoadU(df, p));
 }
 template <class D>
-HWY_INLINE hn::Vec<D> LoadAsDouble(D d, const double* p) {
+HWY_INLINE hn::Vec<D> load_as_double(D d, const double* p) {
     return hn::LoadU(d, p);
 }
 template <class D>
-HWY_INLINE void StoreFromDouble(D /*d*/, hn::Vec<D> v, float* p) {
+HWY_INLINE void store_from_double(D /*d*/, hn::Vec<D> v, float* p) {
     const hn::Rebind<float, D> df;
     hn::StoreU(hn::DemoteTo(df, v), df, p);
 }
 template <class D>
-HWY_INLINE void StoreFromDouble(D d, hn::Vec<D> v, double* p) {
+HWY_INLINE void store_from_double(D d, hn::Vec<D> v, double* p) {
     hn::StoreU(v, d, p);
 }
 
 // body(d, i) for i in [0, count): whole vectors, then single lanes, so that memory the caller
 // owns past `count` (another sample's row, or the end of the tensor) is never touched.
 template <class Body>
-HWY_INLINE void ForEachLane(int64_t count, Body body) {
+HWY_INLINE void for_each_lane(int64_t count, Body body) {
     const Df d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
     int64_t i = 0;
@@ -273,10 +273,10 @@ struct Norm {
 // else zeros (log-probs are used as given). work (classes + slack) is scratch; frame's slack must
 // hold -inf.
 template <typename T>
-Norm LoadFrame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT frame,
-               double* HWY_RESTRICT work) {
-    ForEachLane(classes,
-                [&](auto d, int64_t c) { hn::StoreU(LoadAsDouble(d, x + c), d, frame + c); });
+Norm load_frame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT frame,
+                double* HWY_RESTRICT work) {
+    for_each_lane(classes,
+                  [&](auto d, int64_t c) { hn::StoreU(load_as_double(d, x + c), d, frame + c); });
     if (!logits) return {};
     // Eight running maxima in a fixed order, the same on every target.
     double lanes[8] = {layout::kNegInf, layout::kNegInf, layout::kNegInf, layout::kNegInf,
@@ -290,13 +290,13 @@ Norm LoadFrame(const T* x, int64_t classes, bool logits, double* HWY_RESTRICT fr
     const Df d;
     const auto vmax = hn::Set(d, max);
     for (int64_t k = 0; k < classes; k += static_cast<int64_t>(hn::Lanes(d)))
-        hn::StoreU(ExpNonpositive(d, hn::Sub(hn::LoadU(d, frame + k), vmax)), d, work + k);
+        hn::StoreU(exp_nonpositive(d, hn::Sub(hn::LoadU(d, frame + k), vmax)), d, work + k);
     return {max, std::log(layout::fixed_order_sum(work, classes))};
 }
 
 // Whether every entry of row[0..count) is below +inf (false for NaN and +inf). The row's slack
 // past count must hold -inf (which passes), so whole vectors need no remainder loop.
-HWY_INLINE bool BelowInf(const double* HWY_RESTRICT row, int64_t count) {
+HWY_INLINE bool below_inf(const double* HWY_RESTRICT row, int64_t count) {
     const Df d;
     const auto inf = hn::Set(d, std::numeric_limits<double>::infinity());
     auto below = hn::Lt(hn::LoadU(d, row), inf);
@@ -311,7 +311,7 @@ HWY_INLINE bool BelowInf(const double* HWY_RESTRICT row, int64_t count) {
 // PyTorch gives, so that bad input shows instead of passing for an infeasible sample. Padded
 // frames still get exact zeros.
 template <typename T>
-double Poisoned(T* grad, const CtcSampleDims& dims) {
+double poisoned(T* grad, const CtcSampleDims& dims) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     if (!grad) return nan;
     for (int64_t t = 0; t < dims.max_time; ++t)
@@ -323,44 +323,44 @@ double Poisoned(T* grad, const CtcSampleDims& dims) {
 // Frame t's gradient row from the class posteriors `post` (their sum times post_scale is 1):
 // d/dlogits = scale (softmax - posterior), d/dlog_probs = -scale posterior.
 template <typename T>
-HWY_INLINE void GradientRow(const T* input, T* out, const CtcSampleDims& dims, const CtcScratch& ws,
-                            int64_t t, double post_scale) {
+HWY_INLINE void gradient_row(const T* input, T* out, const CtcSampleDims& dims,
+                             const CtcScratch& ws, int64_t t, double post_scale) {
     const int64_t classes = dims.classes;
     const double* post = ws.posterior;
     if (dims.logits) {
-        LoadFrame(input + t * dims.stride, classes, false, ws.frame, ws.work);
+        load_frame(input + t * dims.stride, classes, false, ws.frame, ws.work);
         const double max = ws.log_norm[2 * t], log_sum = ws.log_norm[2 * t + 1];
         const double* x = ws.frame;
-        ForEachLane(classes, [&](auto dd, int64_t c) {
+        for_each_lane(classes, [&](auto dd, int64_t c) {
             const auto shifted = hn::Sub(hn::LoadU(dd, x + c), hn::Set(dd, max));
-            const auto softmax = ExpNonpositive(dd, hn::Sub(shifted, hn::Set(dd, log_sum)));
+            const auto softmax = exp_nonpositive(dd, hn::Sub(shifted, hn::Set(dd, log_sum)));
             const auto p = hn::Mul(hn::LoadU(dd, post + c), hn::Set(dd, post_scale));
-            StoreFromDouble(dd, hn::Mul(hn::Set(dd, dims.scale), hn::Sub(softmax, p)), out + c);
+            store_from_double(dd, hn::Mul(hn::Set(dd, dims.scale), hn::Sub(softmax, p)), out + c);
         });
     } else {
         const double factor = -dims.scale * post_scale;
-        ForEachLane(classes, [&](auto dd, int64_t c) {
-            StoreFromDouble(dd, hn::Mul(hn::Set(dd, factor), hn::LoadU(dd, post + c)), out + c);
+        for_each_lane(classes, [&](auto dd, int64_t c) {
+            store_from_double(dd, hn::Mul(hn::Set(dd, factor), hn::LoadU(dd, post + c)), out + c);
         });
     }
 }
 
 // Adds frame t's state occupations g (label states at g[k], k in the window) and the blanks'
 // total to the class posteriors, and takes them back out after the row is written.
-HWY_INLINE void AddPosteriors(double* post, const int64_t* labels, const layout::Window& w,
-                              const double* g, int64_t blank, double blank_total) {
+HWY_INLINE void add_posteriors(double* post, const int64_t* labels, const layout::Window& w,
+                               const double* g, int64_t blank, double blank_total) {
     for (int64_t k = w.label_lo; k < w.label_hi; ++k) post[labels[k]] += g[k];
     post[blank] += blank_total;
 }
-HWY_INLINE void ClearPosteriors(double* post, const int64_t* labels, const layout::Window& w,
-                                int64_t blank) {
+HWY_INLINE void clear_posteriors(double* post, const int64_t* labels, const layout::Window& w,
+                                 int64_t blank) {
     post[blank] = 0.0;
     for (int64_t k = w.label_lo; k < w.label_hi; ++k) post[labels[k]] = 0.0;
 }
 
 // Exact zeros on the padded frames (and on every frame of a sample without an alignment).
 template <typename T>
-void ZeroFrames(T* grad, const CtcSampleDims& dims, int64_t from) {
+void zero_frames(T* grad, const CtcSampleDims& dims, int64_t from) {
     for (int64_t t = from; t < dims.max_time; ++t)
         std::fill(grad + t * dims.stride, grad + t * dims.stride + dims.classes, T(0));
 }
@@ -368,8 +368,8 @@ void ZeroFrames(T* grad, const CtcSampleDims& dims, int64_t from) {
 // The log-space passes: alpha, loss, beta and the gradient, from the log emissions in ws.emit.
 // Exact for every input (no scaling can underflow), at one exp and one log1p per log-add.
 template <typename T>
-double LogPasses(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
-                 const CtcScratch& ws) {
+double log_passes(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
+                  const CtcScratch& ws) {
     using layout::kNegInf;
     const Df d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -401,28 +401,28 @@ double LogPasses(const T* input, T* grad, const int64_t* labels, const CtcSample
         const auto blank_lp = hn::Set(d, e[0]);
         for (int64_t k = w.label_lo; k < w.label_hi; k += lanes) {
             const auto pb = hn::LoadU(d, prev_b + k);
-            const auto u = LogAdd(d, pb, hn::LoadU(d, prev_l + k - 1));
+            const auto u = log_add(d, pb, hn::LoadU(d, prev_l + k - 1));
             const auto from_below = hn::Max(hn::Add(u, hn::LoadU(d, skip + k)), pb);
             const auto label =
-                hn::Add(hn::LoadU(d, e + 1 + k), LogAdd(d, hn::LoadU(d, prev_l + k), from_below));
-            StoreFirst(d, hn::Add(blank_lp, u), w.label_hi - k, cur_b + k);
-            StoreFirst(d, label, w.label_hi - k, cur_l + k);
+                hn::Add(hn::LoadU(d, e + 1 + k), log_add(d, hn::LoadU(d, prev_l + k), from_below));
+            store_first(d, hn::Add(blank_lp, u), w.label_hi - k, cur_b + k);
+            store_first(d, label, w.label_hi - k, cur_l + k);
         }
         // The window may hold one more blank than labels at its top (and the loop above may
         // have written one blank just below the window, which nothing on a complete alignment
         // reads).
         if (w.blank_hi > w.label_hi) {
             const int64_t k = w.blank_hi - 1;
-            cur_b[k] = e[0] + LogAddScalar(prev_b[k], prev_l[k - 1]);
+            cur_b[k] = e[0] + log_add_scalar(prev_b[k], prev_l[k - 1]);
         }
     }
     const double* last = ws.alpha + (frames - 1) * row;
-    const double loglik = count == 0 ? last[0] : LogAddScalar(last[count], last[lab + count - 1]);
+    const double loglik = count == 0 ? last[0] : log_add_scalar(last[count], last[lab + count - 1]);
     const double loss = -loglik;
     if (!grad) return loss;
 
     const bool dead = !(loglik > kNegInf);  // no alignment: zero gradient, never NaN
-    ZeroFrames(grad, dims, dead ? 0 : frames);
+    zero_frames(grad, dims, dead ? 0 : frames);
     if (dead) return loss;
 
     // beta_t(s): log probability of all suffixes over frames t+1.. given state s at frame t (the
@@ -465,12 +465,12 @@ double LogPasses(const T* input, T* grad, const int64_t* labels, const CtcSample
             // nothing else reads.
             const int64_t blank_end = std::max(w.blank_hi, w.label_hi + 1);
             for (int64_t k = w.blank_lo; k < blank_end; k += lanes)
-                StoreFirst(d, LogAdd(d, hn::LoadU(d, xb + k), hn::LoadU(d, xl + k)), blank_end - k,
-                           cb + k);
+                store_first(d, log_add(d, hn::LoadU(d, xb + k), hn::LoadU(d, xl + k)),
+                            blank_end - k, cb + k);
             for (int64_t k = w.label_lo; k < w.label_hi; k += lanes) {
                 const auto v = hn::Add(hn::LoadU(d, cb + k + 1), hn::LoadU(d, skip + k + 1));
                 const auto to_above = hn::Max(v, hn::LoadU(d, xb + k + 1));
-                StoreFirst(d, LogAdd(d, hn::LoadU(d, xl + k), to_above), w.label_hi - k, cl + k);
+                store_first(d, log_add(d, hn::LoadU(d, xl + k), to_above), w.label_hi - k, cl + k);
             }
         }
         if (t >= 2) {
@@ -486,16 +486,16 @@ double LogPasses(const T* input, T* grad, const int64_t* labels, const CtcSample
         double* HWY_RESTRICT g = ws.work;
         for (int64_t k = w.blank_lo; k < w.blank_hi; k += lanes) {
             const auto sum = hn::Add(hn::LoadU(d, ab + k), hn::LoadU(d, bb + k));
-            hn::StoreU(ExpNonpositive(d, hn::Sub(sum, vloglik)), d, g + k);
+            hn::StoreU(exp_nonpositive(d, hn::Sub(sum, vloglik)), d, g + k);
         }
         const double blank_post = layout::fixed_order_sum(g + w.blank_lo, w.blank_hi - w.blank_lo);
         for (int64_t k = w.label_lo; k < w.label_hi; k += lanes) {
             const auto sum = hn::Add(hn::LoadU(d, al + k), hn::LoadU(d, bl + k));
-            hn::StoreU(ExpNonpositive(d, hn::Sub(sum, vloglik)), d, g + k);
+            hn::StoreU(exp_nonpositive(d, hn::Sub(sum, vloglik)), d, g + k);
         }
-        AddPosteriors(ws.posterior, labels, w, g, dims.blank, blank_post);
-        GradientRow(input, grad + t * dims.stride, dims, ws, t, 1.0);
-        ClearPosteriors(ws.posterior, labels, w, dims.blank);
+        add_posteriors(ws.posterior, labels, w, g, dims.blank, blank_post);
+        gradient_row(input, grad + t * dims.stride, dims, ws, t, 1.0);
+        clear_posteriors(ws.posterior, labels, w, dims.blank);
     }
     return loss;
 }
@@ -551,7 +551,7 @@ private:
 };
 
 // Sum of a state row (blank and label arrays with their slack, all zero outside the window).
-HWY_INLINE double RowSum(const double* row, int64_t count) {
+HWY_INLINE double row_sum(const double* row, int64_t count) {
     const Df d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
     const double* lab = row + layout::label_offset(count);
@@ -565,11 +565,11 @@ HWY_INLINE double RowSum(const double* row, int64_t count) {
 // scaling): a state costs a few multiply-adds instead of two log-adds. Used for float results
 // from logits with at least one label, with a gradient (grad set). Returns false, having written
 // nothing that the log-space passes would not overwrite, when a frame's mass underflows or the
-// occupations of a frame do not add up to the likelihood; the caller then runs LogPasses.
+// occupations of a frame do not add up to the likelihood; the caller then runs log_passes.
 // ws.emit_lin holds the emissions as probabilities; ws.scales gets alpha's scale per frame.
 template <typename T>
-bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
-                  const CtcScratch& ws, double* loss_out) {
+bool scaled_passes(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
+                   const CtcScratch& ws, double* loss_out) {
     const Df d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
     const int64_t frames = dims.frames, count = dims.labels;
@@ -589,7 +589,7 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
     }
     ws.scales[0] = k_scale.mantissa;
     ws.scales[1] = static_cast<double>(k_scale.exponent);
-    double sum = RowSum(ws.alpha, count);
+    double sum = row_sum(ws.alpha, count);
     for (int64_t t = 1; t < frames; ++t) {
         if (!(sum >= kMinFrameSum)) return false;
         k_scale.times(sum);
@@ -604,7 +604,7 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
         const double* HWY_RESTRICT e = ws.emit_lin + t * erow;
         const double* HWY_RESTRICT skip = ws.skip;
         layout::clear_outside(cur_b, count, w, 0.0);
-        // As in LogPasses: u = blank k + label k - 1 feeds blank k, and label k takes label k
+        // As in log_passes: u = blank k + label k - 1 feeds blank k, and label k takes label k
         // plus u where label k - 1 may be skipped, else plus blank k.
         const auto blank_p = hn::Set(d, e[0] * inv);
         const auto vinv = hn::Set(d, inv);
@@ -616,17 +616,17 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
             const auto from_below = hn::IfThenElse(can_skip, u, pb);
             const auto label_p = hn::Mul(hn::LoadU(d, e + 1 + k), vinv);
             const auto label = hn::Mul(label_p, hn::Add(hn::LoadU(d, prev_l + k), from_below));
-            StoreFirst(d, hn::Mul(blank_p, u), w.label_hi - k, cur_b + k);
-            StoreFirst(d, label, w.label_hi - k, cur_l + k);
+            store_first(d, hn::Mul(blank_p, u), w.label_hi - k, cur_b + k);
+            store_first(d, label, w.label_hi - k, cur_l + k);
         }
         if (w.blank_hi > w.label_hi) {
             const int64_t k = w.blank_hi - 1;
             cur_b[k] = e[0] * inv * (prev_b[k] + prev_l[k - 1]);
         }
-        // The loop may have written one blank just below the window (see LogPasses); the row
+        // The loop may have written one blank just below the window (see log_passes); the row
         // sum must not count it.
         if (w.blank_lo > 0) cur_b[w.blank_lo - 1] = 0.0;
-        sum = RowSum(cur_b, count);
+        sum = row_sum(cur_b, count);
     }
     const double* last = ws.alpha + (frames - 1) * row;
     const double final_sum = last[count] + last[lab + count - 1];
@@ -649,7 +649,7 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
     for (int64_t t = frames - 1; t >= 0; --t) {
         const layout::Window w = layout::window(t, frames, count);
         if (t < frames - 1) {
-            const double next_sum = RowSum(beta_cur, count);
+            const double next_sum = row_sum(beta_cur, count);
             if (!(next_sum >= kMinFrameSum)) return false;
             kb_scale.times(next_sum);
             const double inv = 1.0 / next_sum;
@@ -673,13 +673,13 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
             layout::clear_outside(cb, count, w, 0.0);
             const int64_t blank_end = std::max(w.blank_hi, w.label_hi + 1);
             for (int64_t k = w.blank_lo; k < blank_end; k += lanes)
-                StoreFirst(d, hn::Add(hn::LoadU(d, xb + k), hn::LoadU(d, xl + k)), blank_end - k,
-                           cb + k);
+                store_first(d, hn::Add(hn::LoadU(d, xb + k), hn::LoadU(d, xl + k)), blank_end - k,
+                            cb + k);
             for (int64_t k = w.label_lo; k < w.label_hi; k += lanes) {
                 const auto can_skip = hn::Eq(hn::LoadU(d, skip + k + 1), zero);
                 const auto to_above =
                     hn::IfThenElse(can_skip, hn::LoadU(d, cb + k + 1), hn::LoadU(d, xb + k + 1));
-                StoreFirst(d, hn::Add(hn::LoadU(d, xl + k), to_above), w.label_hi - k, cl + k);
+                store_first(d, hn::Add(hn::LoadU(d, xl + k), to_above), w.label_hi - k, cl + k);
             }
             // The blank computed above the window (for the labels) is not part of this frame.
             if (blank_end > w.blank_hi) cb[blank_end - 1] = 0.0;
@@ -709,20 +709,20 @@ bool ScaledPasses(const T* input, T* grad, const int64_t* labels, const CtcSampl
             static_cast<int>(static_cast<int64_t>(ws.scales[2 * t + 1]) + kb_scale.exponent -
                              likelihood.exponent - kOccupationBoostExponent));
         if (!(std::abs(ratio - 1.0) <= kOccupationTolerance)) return false;
-        AddPosteriors(ws.posterior, labels, w, g, dims.blank, blank_occ);
+        add_posteriors(ws.posterior, labels, w, g, dims.blank, blank_occ);
         flush.pause();
-        GradientRow(input, grad + t * dims.stride, dims, ws, t, 1.0 / occupation);
+        gradient_row(input, grad + t * dims.stride, dims, ws, t, 1.0 / occupation);
         flush.resume();
-        ClearPosteriors(ws.posterior, labels, w, dims.blank);
+        clear_posteriors(ws.posterior, labels, w, dims.blank);
     }
-    ZeroFrames(grad, dims, frames);
+    zero_frames(grad, dims, frames);
     *loss_out = loss;
     return true;
 }
 
 template <typename T>
-double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
-              const CtcScratch& ws) {
+double run_sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDims& dims,
+                  const CtcScratch& ws) {
     using layout::kNegInf;
     const Df d;
     const auto lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -752,8 +752,8 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
     for (int64_t t = 0; t < frames; ++t) {
         if (t + kAhead < frames)
             layout::prefetch_row(input + (t + kAhead) * stride, classes, false);
-        const Norm norm = LoadFrame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
-        if (!BelowInf(ws.frame, classes) || !(norm.max > kNegInf)) return Poisoned(grad, dims);
+        const Norm norm = load_frame(input + t * stride, classes, dims.logits, ws.frame, ws.work);
+        if (!below_inf(ws.frame, classes) || !(norm.max > kNegInf)) return poisoned(grad, dims);
         double* e = ws.emit + t * erow;
         ws.log_norm[2 * t] = norm.max;
         ws.log_norm[2 * t + 1] = norm.log_sum;
@@ -768,29 +768,29 @@ double Sample(const T* input, T* grad, const int64_t* labels, const CtcSampleDim
         std::fill(e + 1 + count, e + erow, 0.0);
         if (scaled)
             for (int64_t k = 0; k < erow; k += lanes)
-                hn::StoreU(ExpNonpositive(d, hn::LoadU(d, e + k)), d, ws.emit_lin + t * erow + k);
+                hn::StoreU(exp_nonpositive(d, hn::LoadU(d, e + k)), d, ws.emit_lin + t * erow + k);
     }
     if (scaled) {
         double loss = 0;
-        if (ScaledPasses(input, grad, labels, dims, ws, &loss)) return loss;
+        if (scaled_passes(input, grad, labels, dims, ws, &loss)) return loss;
     }
-    const double loss = LogPasses(input, grad, labels, dims, ws);
+    const double loss = log_passes(input, grad, labels, dims, ws);
     if (!(shift > 0.0) || !(loss < std::numeric_limits<double>::infinity())) return loss;
     // A zero probability stays +inf whatever the shifts; a likelihood beyond the double range is
     // -inf, whose gradient is zeroed as every infinite loss's.
     const double unshifted = loss - shift;
-    if (grad && std::isinf(unshifted)) ZeroFrames(grad, dims, 0);
+    if (grad && std::isinf(unshifted)) zero_frames(grad, dims, 0);
     return unshifted;
 }
 
-double SampleF32(const float* input, float* grad, const int64_t* labels, const CtcSampleDims& dims,
-                 const CtcScratch& scratch) {
-    return Sample(input, grad, labels, dims, scratch);
+double sample_f32(const float* input, float* grad, const int64_t* labels, const CtcSampleDims& dims,
+                  const CtcScratch& scratch) {
+    return run_sample(input, grad, labels, dims, scratch);
 }
 
-double SampleF64(const double* input, double* grad, const int64_t* labels,
-                 const CtcSampleDims& dims, const CtcScratch& scratch) {
-    return Sample(input, grad, labels, dims, scratch);
+double sample_f64(const double* input, double* grad, const int64_t* labels,
+                  const CtcSampleDims& dims, const CtcScratch& scratch) {
+    return run_sample(input, grad, labels, dims, scratch);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -800,8 +800,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace lstm::kernels::cpu {
 
-HWY_EXPORT(SampleF32);
-HWY_EXPORT(SampleF64);
+HWY_EXPORT(sample_f32);
+HWY_EXPORT(sample_f64);
 
 size_t carve_ctc_scratch(void* base, int64_t max_time, int64_t classes, int64_t max_labels,
                          CtcScratch* scratch) {
@@ -834,13 +834,13 @@ size_t carve_ctc_scratch(void* base, int64_t max_time, int64_t classes, int64_t 
 double ctc_sample(const float* input, float* grad, const int64_t* labels, const CtcSampleDims& dims,
                   const CtcScratch& scratch) {
     apply_isa_cap();
-    return HWY_DYNAMIC_DISPATCH(SampleF32)(input, grad, labels, dims, scratch);
+    return HWY_DYNAMIC_DISPATCH(sample_f32)(input, grad, labels, dims, scratch);
 }
 
 double ctc_sample(const double* input, double* grad, const int64_t* labels,
                   const CtcSampleDims& dims, const CtcScratch& scratch) {
     apply_isa_cap();
-    return HWY_DYNAMIC_DISPATCH(SampleF64)(input, grad, labels, dims, scratch);
+    return HWY_DYNAMIC_DISPATCH(sample_f64)(input, grad, labels, dims, scratch);
 }
 
 }  // namespace lstm::kernels::cpu

@@ -490,9 +490,9 @@ HWY_NOINLINE void projection_tile(const FusedLayout& lay, const FusedBuffers<flo
 
 // For a whole sequence the rows go out with streaming stores: they are read back long after the
 // cache has turned over. The flush orders those stores before the caller's barrier.
-void InputProjection(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* x,
-                     int64_t ldx, int64_t rows, int64_t in, float* gates, BlockRange own,
-                     bool stream) {
+void input_projection(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* x,
+                      int64_t ldx, int64_t rows, int64_t in, float* gates, BlockRange own,
+                      bool stream) {
     static_assert(kBlockVecs % 4 == 0, "a block is a whole number of projection tiles");
     for (int64_t r0 = 0; r0 < rows; r0 += kSimdProjectionRows) {
         const int64_t chunk = std::min(kSimdProjectionRows, rows - r0);
@@ -585,8 +585,8 @@ HWY_NOINLINE void forward_tile(const FusedLayout& lay, const FusedBuffers<float>
 // L1 before the second part read them again; this order took 3-5% off the forward step
 // (braun/1x320-CE-short at 1 and 2 threads, CE-long at 2, calls alternating in one process, EPYC
 // Zen 4 running the AVX2 target).
-void ForwardStep(const FusedLayout& lay, const FusedBuffers<float>& buf,
-                 const ForwardSegment<float>& s, BlockRange own) {
+void forward_step(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                  const ForwardSegment<float>& s, BlockRange own) {
     const int64_t gc = lay.gate_cols, first = std::min<int64_t>(kGateTileRows, s.rows);
     const int64_t depth = lay.recurrent;
     for (int64_t blk = own.begin; blk < own.end; ++blk) {
@@ -717,13 +717,13 @@ void backward_units(const FusedLayout& lay, const FusedBuffers<float>& buf,
                              });
 }
 
-void BackwardStep(const FusedLayout& lay, const FusedBuffers<float>& buf,
-                  const BackwardSegment<float>& s, BlockRange own) {
+void backward_step(const FusedLayout& lay, const FusedBuffers<float>& buf,
+                   const BackwardSegment<float>& s, BlockRange own) {
     backward_units(lay, buf, &s, nullptr, s.rows, nullptr, own);
 }
 
-void BackwardDh0(const FusedLayout& lay, const FusedBuffers<float>& buf, int64_t rows,
-                 const float* dgates, float* dh0, BlockRange own) {
+void backward_dh0(const FusedLayout& lay, const FusedBuffers<float>& buf, int64_t rows,
+                  const float* dgates, float* dh0, BlockRange own) {
     backward_units(lay, buf, nullptr, dgates, rows, dh0, own);
 }
 
@@ -758,8 +758,8 @@ HWY_NOINLINE void input_grad_tile(const FusedLayout& lay, const FusedBuffers<flo
     }
 }
 
-void InputGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* dgates,
-                BlockRange rows, int64_t in, float* d_in, int64_t ld_in, bool accumulate_into) {
+void input_grads(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* dgates,
+                 BlockRange rows, int64_t in, float* d_in, int64_t ld_in, bool accumulate_into) {
     const int64_t vecs = (in + kLanes - 1) / kLanes;
     for (int64_t r0 = rows.begin; r0 < rows.end; r0 += kSimdInputGradRows) {
         const int64_t chunk = std::min(kSimdInputGradRows, rows.end - r0);
@@ -885,9 +885,9 @@ void pack_grad_chunk(const FusedLayout& lay, const float* dgates, int64_t k0, in
     }
 }
 
-void WeightGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* dgates,
-                 const RowRun<float>* x_runs, int64_t x_run_count, const RowRun<float>* h_runs,
-                 int64_t h_run_count, int64_t in, float* dw_ih, float* dw_hh, BlockRange own) {
+void weight_grads(const FusedLayout& lay, const FusedBuffers<float>& buf, const float* dgates,
+                  const RowRun<float>* x_runs, int64_t x_run_count, const RowRun<float>* h_runs,
+                  int64_t h_run_count, int64_t in, float* dw_ih, float* dw_hh, BlockRange own) {
     if (own.count() == 0) return;
     const int64_t c_begin = own.begin * 4 * kUnitBlock, c_count = own.count() * 4 * kUnitBlock;
     float* a_pack = buf.a_pack + (c_begin + kGradTileCols * own.begin) * kSimdGradChunk +
@@ -918,7 +918,7 @@ void WeightGrads(const FusedLayout& lay, const FusedBuffers<float>& buf, const f
 
 // ---- the gate math alone (tests) ---------------------------------------------------------------
 
-void Activations(const float* x, int64_t count, float* sigmoid_out, float* tanh_out) {
+void activations(const float* x, int64_t count, float* sigmoid_out, float* tanh_out) {
     for (int64_t i = 0; i < count; i += kLanes) {
         const V v = load_n(x + i, count - i);
         store_n(sigmoid_v(v), sigmoid_out + i, count - i);
@@ -926,7 +926,7 @@ void Activations(const float* x, int64_t count, float* sigmoid_out, float* tanh_
     }
 }
 
-void Cell(const float* pre, const float* c_prev, const float* dh, const float* dc, float* out) {
+void cell(const float* pre, const float* c_prev, const float* dh, const float* dc, float* out) {
     const D d;
     for (int64_t u = 0; u < kUnitBlock; u += kLanes) {
         const VecGates a = activate(hn::LoadU(d, pre + u), hn::LoadU(d, pre + kUnitBlock + u),
@@ -942,9 +942,9 @@ void Cell(const float* pre, const float* c_prev, const float* dh, const float* d
     }
 }
 
-const SimdFusedOps kFusedOps = {HWY_TARGET,   kLanes,      InputProjection, ForwardStep,
-                                BackwardStep, BackwardDh0, WeightGrads,     InputGrads,
-                                Activations,  Cell};
+const SimdFusedOps kFusedOps = {HWY_TARGET,    kLanes,       input_projection, forward_step,
+                                backward_step, backward_dh0, weight_grads,     input_grads,
+                                activations,   cell};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace lstm::kernels::cpu

@@ -16,11 +16,11 @@ namespace lstm::kernels::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-int64_t TargetBits() { return HWY_TARGET; }
+int64_t target_bits() { return HWY_TARGET; }
 
-int64_t FloatLanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+int64_t float_lanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
 
-int64_t FmaPeakLoop(int64_t iterations) {
+int64_t fma_peak_chains(int64_t iterations) {
     const hn::ScalableTag<float> d;
     // 12 independent chains: FMA latency (4-5 cycles) times two FMA ports is at most 10 in flight,
     // and 12 accumulators plus 2 operands fit AVX2's 16 registers.
@@ -49,9 +49,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace lstm::kernels::cpu {
 
-HWY_EXPORT(TargetBits);
-HWY_EXPORT(FloatLanes);
-HWY_EXPORT(FmaPeakLoop);
+HWY_EXPORT(target_bits);
+HWY_EXPORT(float_lanes);
+HWY_EXPORT(fma_peak_chains);
 
 SimdCap narrowest_simd_cap() {
     if (HWY_TARGETS & HWY_SSE4) return SimdCap::sse4;
@@ -63,12 +63,12 @@ const char* simd_baseline_name() { return hwy::TargetName(HWY_STATIC_TARGET); }
 
 const char* simd_target_name() {
     apply_isa_cap();
-    return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetBits)());
+    return hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_bits)());
 }
 
 int64_t simd_float_lanes() {
     apply_isa_cap();
-    return HWY_DYNAMIC_DISPATCH(FloatLanes)();
+    return HWY_DYNAMIC_DISPATCH(float_lanes)();
 }
 
 void restrict_simd_to_avx2(bool avx2_max) {
@@ -121,7 +121,7 @@ int64_t supported_targets() {
 
 int64_t fma_peak_loop(int64_t iterations) {
     apply_isa_cap();
-    return HWY_DYNAMIC_DISPATCH(FmaPeakLoop)(iterations);
+    return HWY_DYNAMIC_DISPATCH(fma_peak_chains)(iterations);
 }
 
 }  // namespace lstm::kernels::cpu
