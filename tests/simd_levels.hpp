@@ -88,8 +88,7 @@ public:
 
     std::string why_not() const {
         const std::string set = cap_ == SimdCap::avx2 ? "AVX2" : "SSE4";
-        // The enumerators run from widest to narrowest: a larger cap is narrower.
-        if (cap_ > kernels::cpu::narrowest_simd_cap()) {
+        if (kernels::cpu::narrower_than(cap_, kernels::cpu::narrowest_simd_cap())) {
             return "this build has no " + set + " kernels: its flags made " +
                    kernels::cpu::simd_baseline_name() + " the baseline of lstm_cpu";
         }
