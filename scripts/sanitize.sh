@@ -31,8 +31,9 @@ all) files="" ;;
     ;;
 esac
 
-# -O1 -g: sanitized code needs frames and lines for its reports; -O1 builds about twice as fast
-# as -O3 and still inlines enough to run the suite in minutes.
+# -O0 -g1: sanitized code needs frames and lines for its reports. -O0 builds the subset in less
+# than half of -O1's time on 2 cores, and its run (less the cases tagged [long], below) still
+# takes under 20 s.
 cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${LSTM_SANITIZE_OPT:--O0 -g1}" -DLSTM_SANITIZE=ON "-DLSTM_TEST_FILES=$files" \
     -DLSTM_CUDA=OFF -DLSTM_BUILD_BENCH=OFF -DLSTM_BUILD_EXAMPLES=OFF >"$dir.configure.log" 2>&1 ||
@@ -47,6 +48,8 @@ cmake --build "$dir" --target lstm_tests lstm_tool
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # The hostile-input cases and the tool's binary (its command-line cases: exit codes, messages).
-"$dir/tests/lstm_tests"
+# Cases tagged [long] (float's accuracy over 5000 CTC frames) are left out: at -O0 they took 96
+# of the run's 113 s, and the shorter cases run the same code; the ordinary suite runs them.
+"$dir/tests/lstm_tests" "~[long]"
 ctest --test-dir "$dir" -R '^tool_cli_' --output-on-failure
 echo "sanitize: $mode clean"

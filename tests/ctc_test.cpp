@@ -680,9 +680,12 @@ TEST_CASE("ctc_loss rejects bad arguments with lstm::Error naming them", "[ctc]"
 // ---------------------------------------------------------------------------------------------
 // Long inputs: float against double at T = 5000
 // ---------------------------------------------------------------------------------------------
+// Tagged [long]: they check float's accuracy over many frames, which the sanitized run of
+// scripts/sanitize.sh leaves out (its -O0 build takes minutes on them; the shorter cases above
+// run the same code under the sanitizers).
 
 TEMPLATE_TEST_CASE("ctc at T = 5000: float agrees with the double reference (grad 1e-4, loss 1e-6)",
-                   "[ctc]", LSTM_SIMD_LEVELS) {
+                   "[ctc][long]", LSTM_SIMD_LEVELS) {
     LSTM_ON_SIMD_LEVEL(TestType);
     // Two inputs a float recursion gets wrong: random logits, and "peaky" logits like those of
     // a trained model (blank dominant, each label spiking once near its place), where alpha
@@ -710,7 +713,7 @@ TEMPLATE_TEST_CASE("ctc at T = 5000: float agrees with the double reference (gra
 }
 
 TEMPLATE_TEST_CASE("ctc at T = 5000 with uniform inputs equals T ln C - ln C(T + L - R, 2L)",
-                   "[ctc]", LSTM_SIMD_FLOAT_TYPES) {
+                   "[ctc][long]", LSTM_SIMD_FLOAT_TYPES) {
     using T = simd_element_t<TestType>;
     LSTM_ON_SIMD_LEVEL(TestType);
     const int64_t frames = 5000, classes = 20;

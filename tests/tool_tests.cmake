@@ -5,7 +5,8 @@
 #   CI only reads the committed files).
 # - tool_cli_*: the lstm_tool binary's exit codes and messages (0 ok, 1 failure, 2 usage).
 # - fuzz_smoke: builds the libFuzzer targets (the safetensors reader, ctc_loss, lstm_tool end to
-#   end) with clang, ASan and UBSan, and runs each for 20 s on its seed corpus (label fuzz);
+#   end) with clang, ASan and UBSan, and runs them side by side for 20 s on their seed corpora
+#   (label fuzz);
 #   skipped only when clang, libFuzzer or clang's OpenMP is missing (Debian: clang,
 #   libclang-rt-dev, libomp-dev).
 # - sanitize_subset: the hostile-input tests built with ASan + UBSan (label sanitize).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/CMakeLists.txt) in their own clang build tree and runs
-# each for a fixed time on its seed corpus (tests/fuzz/corpus/<target>/). ctest runs them for 20 s
-# each (test fuzz_smoke, label fuzz); run them longer, or one of them, by hand:
+# each for a fixed time on its seed corpus (tests/fuzz/corpus/<target>/). ctest runs them side by
+# side for 20 s (test fuzz_smoke, label fuzz); run them longer, or one of them, by hand:
 #
 #   bash tests/fuzz/run-smoke.sh [WORK_DIR] [SECONDS] [TARGET...]   # e.g. build/fuzz 600 ctc_fuzz
 #
@@ -63,15 +63,34 @@ if [ ! -f "$tree/build.ninja" ]; then
 fi
 cmake --build "$tree" --target "${targets[@]}"
 
-# New inputs go into scratch corpora in the build tree, never into the source tree's seeds.
+# New inputs go into scratch corpora in the build tree, never into the source tree's seeds. The
+# targets run side by side, each for the whole time: one after another, CI's 2 cores would idle
+# one of them for the whole smoke. Their OpenMP threads sleep instead of spinning when idle
+# (OMP_WAIT_POLICY=passive), so that one target's spinning thread does not take a core another
+# target needs (ctc_fuzz ran about twice as many inputs so). Each one's output is printed when
+# all have ended.
 cd "$work"
+pids=()
 for target in "${targets[@]}"; do
     corpus="$work/corpus-$target"
     mkdir -p "$corpus"
     echo "run-smoke: fuzzing $target for ${seconds}s (seeds: $here/corpus/$target)"
     # libFuzzer's own exit code for a finding is 77, which ctest reads as "skipped": a finding
     # must fail the test instead.
-    "$tree/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -max_len=65536 -print_final_stats=1 -error_exitcode=1 -timeout_exitcode=1 \
-        "$corpus" "$here/corpus/$target"
+    OMP_WAIT_POLICY=passive "$tree/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
+        -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -error_exitcode=1 \
+        -timeout_exitcode=1 "$corpus" "$here/corpus/$target" >"$work/$target.log" 2>&1 &
+    pids+=($!)
 done
+failed=()
+for i in "${!targets[@]}"; do
+    wait "${pids[$i]}" || failed+=("${targets[$i]}")
+done
+for target in "${targets[@]}"; do
+    echo "run-smoke: $target's output"
+    cat "$work/$target.log"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "run-smoke: FAILED: ${failed[*]} (inputs that fail are in $work)"
+    exit 1
+fi
