@@ -151,6 +151,8 @@ TEST_CASE("a variable-length batch equals per-sequence runs", "[variants]") {
                     compare("dx", single.dx, rows(all.dx, lengths[n], I, batch), 1e-13, 1e-12));
                 LSTM_CHECK_CLOSE(compare(
                     "dh0", single.dh0, rows(all.dh0, config.num_cells(), H, batch), 1e-13, 1e-12));
+                LSTM_CHECK_CLOSE(compare(
+                    "dc0", single.dc0, rows(all.dc0, config.num_cells(), H, batch), 1e-13, 1e-12));
                 for (size_t k = 0; k < dparams_sum.size(); ++k) dparams_sum[k] += single.dparams[k];
             }
             INFO("variant " << v.name());
