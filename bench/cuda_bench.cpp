@@ -118,8 +118,8 @@ public:
     std::optional<std::string> supports_split_backward() const override {
         return inner_.supports_split_backward();
     }
-    size_t workspace_bytes(const Config&, DType, int64_t, int64_t) const override { return 0; }
-    size_t reserve_bytes(const Config&, DType, int64_t, int64_t) const override {
+    size_t run_workspace_bytes(const Config&, DType, int64_t, int64_t) const override { return 0; }
+    size_t run_reserve_bytes(const Config&, DType, int64_t, int64_t) const override {
         return kReserveToken;
     }
 

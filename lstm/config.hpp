@@ -67,6 +67,38 @@ struct Config {
               proj_size);
         check(std::isfinite(dropout) && dropout >= 0.0 && dropout <= 1.0,
               "config.dropout must be a probability in [0, 1], got ", dropout);
+        check_parameter_count();
+    }
+
+    // At most 2^59 parameters: their count, and the bytes of the few fp64 copies of them a
+    // variant keeps (packed weights, gradients), then fit in int64 and size_t.
+    static constexpr int64_t kMaxParameters = int64_t(1) << 59;
+
+private:
+    // The sum param_count() computes, checked for overflow without walking the layers (layers
+    // after the first are all alike), so that a huge config is refused by name rather than
+    // wrapping to a small parameter count.
+    void check_parameter_count() const {
+        const int64_t gates = 4 * hidden_size, state = state_size();
+        int64_t first = 0, later = 0, total = 0;
+        const bool overflow =
+            hidden_size > kMaxParameters || cell_parameters(gates, input_size, state, first) ||
+            cell_parameters(gates, num_directions() * state, state, later) ||
+            __builtin_mul_overflow(later, num_layers - 1, &total) ||
+            __builtin_add_overflow(total, first, &total) ||
+            __builtin_mul_overflow(total, num_directions(), &total) || total > kMaxParameters;
+        check(!overflow, "config: nn.LSTM(input_size=", input_size, ", hidden_size=", hidden_size,
+              ", num_layers=", num_layers, ", proj_size=", proj_size,
+              ") has more than 2^59 parameters, more than any machine can hold");
+    }
+    // 4H * (in + S) + (bias ? 8H : 0) + P * H into `out`; true on overflow.
+    bool cell_parameters(int64_t gates, int64_t in, int64_t state, int64_t& out) const {
+        int64_t weights = 0, projection = 0;
+        return __builtin_add_overflow(in, state, &weights) ||
+               __builtin_mul_overflow(weights, gates, &weights) ||
+               __builtin_mul_overflow(proj_size, hidden_size, &projection) ||
+               __builtin_add_overflow(weights, projection, &out) ||
+               __builtin_add_overflow(out, bias ? 2 * gates : 0, &out);
     }
 };
 

@@ -165,7 +165,9 @@ public:
     // initial-state gradients afterwards.
     TensorView<const T> backward(TensorView<const T> dy, TensorView<const T> dhn = {},
                                  TensorView<const T> dcn = {}, bool compute_dx = true) {
-        check(trained_, "Lstm::backward needs a training forward() first (got none, or infer())");
+        check(trained_,
+              "Lstm::backward needs a training forward() since the last backward() (got none, "
+              "infer(), or a backward() that already used this forward)");
         check_inputs_unchanged();
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();
@@ -198,6 +200,10 @@ public:
         const TensorView<T> dx =
             compute_dx ? TensorView<T>(dx_.template as<T>(), {seq_len, batch, in}, device_)
                        : TensorView<T>();
+        // One backward per training forward, as in PyTorch: the variants write their gate
+        // gradients over the activations the forward kept in the reserve, so a second backward
+        // would read gradients as activations and return wrong numbers without a word.
+        trained_ = false;
         backward_calls(dy_run, dhn, dcn, dx);
         if (!compute_dx || !bf) return dx;  // empty unless compute_dx
         T* dst = static_cast<T*>(dx_bf_.reserve(bytes_of(seq_len * batch * in)));
@@ -269,7 +275,6 @@ private:
           d_mid_(device_) {
         config_.validate();
         variant_->require(core_, dtype_of<T>(), false);
-        layer_reserve_offset_.assign(static_cast<size_t>(config_.num_layers), 0);
         if (device_ == Device::cuda) {
 #if LSTM_WITH_CUDA
             if (context_ == nullptr) {
@@ -286,6 +291,7 @@ private:
                 .add("parameters", bytes_of({count()}))
                 .add("gradients", bytes_of({count()}))
                 .check([&] { return "Lstm (" + std::to_string(count()) + " parameters)"; });
+        layer_reserve_offset_.assign(static_cast<size_t>(config_.num_layers), 0);
         params_.reserve(bytes_of(count()));
         grads_.reserve(bytes_of(count()));
         zero_grad();
@@ -299,6 +305,8 @@ private:
               x.shape_string());
         const int64_t seq_len = bf ? x.size(1) : x.size(0), batch = bf ? x.size(0) : x.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();
+        check(seq_len >= 1, "x: T (x.size(", bf ? 1 : 0, ")) must be >= 1, got ", seq_len);
+        check(batch >= 1, "x: N (x.size(", bf ? 0 : 1, ")) must be >= 1, got ", batch);
         check_layer_tensor(x, "x", seq_len, batch, in);
         check_states(h0, c0, "h0", "c0", batch);
         const DType dtype = dtype_of<T>();

@@ -34,11 +34,11 @@ inline int64_t cell_param_count(const Config& config, int64_t layer) {
 }
 
 // Total number of parameters, equal to sum(p.numel() for p in torch.nn.LSTM(...).parameters()).
+// Layers after the first are alike, so the count needs no walk over the layers.
 inline int64_t param_count(const Config& config) {
-    int64_t total = 0;
-    for (int64_t l = 0; l < config.num_layers; ++l)
-        total += config.num_directions() * cell_param_count(config, l);
-    return total;
+    const int64_t later = config.num_layers > 1 ? cell_param_count(config, 1) : 0;
+    return config.num_directions() *
+           (cell_param_count(config, 0) + (config.num_layers - 1) * later);
 }
 
 // Offsets in PyTorch's parameters() order: for each layer, for each direction:

@@ -58,6 +58,14 @@ public:
         check(shape.size() <= kMaxRank, "TensorView supports rank <= 4, got rank ", shape.size());
         int i = 0;
         for (int64_t s : shape) shape_[i++] = s;
+        // Every size and element count derived from a view is an int64 product: a negative size
+        // or a count past 2^63 would wrap into a plausible one somewhere downstream.
+        int64_t elements = 1;
+        for (int d = 0; d < rank_; ++d) {
+            check(shape_[d] >= 0, "TensorView: sizes must be >= 0, got shape ", shape_string());
+            check(!__builtin_mul_overflow(elements, shape_[d], &elements), "TensorView: shape ",
+                  shape_string(), " has more than 2^63 elements");
+        }
     }
 
     T* data() const { return data_; }
@@ -121,5 +129,18 @@ void check_shape(const TensorView<T>& view, const char* name,
     for (int64_t s : shape) want += (i++ ? ", " : "") + std::to_string(s);
     fail(name, " must have shape ", want, "), got ", view.shape_string());
 }
+
+namespace detail {
+
+// Whether two arrays share memory (addresses compared as integers: the arrays are unrelated).
+template <typename A, typename B>
+bool overlaps(const A* a, int64_t a_count, const B* b, int64_t b_count) {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a);
+    const auto b0 = reinterpret_cast<std::uintptr_t>(b);
+    return a0 < b0 + static_cast<std::uintptr_t>(b_count) * sizeof(B) &&
+           b0 < a0 + static_cast<std::uintptr_t>(a_count) * sizeof(A);
+}
+
+}  // namespace detail
 
 }  // namespace lstm

@@ -125,12 +125,18 @@ public:
         return std::string("backward runs as one call (BackwardPart::all only)");
     }
 
-    // Bytes of temporary scratch for one forward or backward call on (T, N).
-    virtual size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                   int64_t batch) const = 0;
-    // Bytes a training forward writes for backward to read.
-    virtual size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                 int64_t batch) const = 0;
+    // Bytes of temporary scratch for one forward or backward call on (T, N). Throws lstm::Error
+    // for a malformed config, T or N below 1, or sizes whose byte counts overflow.
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                           int64_t batch) const {
+        check_sizes(config, seq_len, batch, "workspace_bytes");
+        return run_workspace_bytes(config, dtype, seq_len, batch);
+    }
+    // Bytes a training forward writes for backward to read; throws as workspace_bytes() does.
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const {
+        check_sizes(config, seq_len, batch, "reserve_bytes");
+        return run_reserve_bytes(config, dtype, seq_len, batch);
+    }
 
     template <typename T>
     void forward(const Config& config, const ForwardArgs<T>& args) const;
@@ -159,12 +165,38 @@ public:
     }
 
 protected:
+    // The sizes above for arguments already checked. A variant's buffers are fewer than 64
+    // planes of T * N * num_cells * (4H + input + S) elements of at most 8 bytes, which
+    // check_sizes bounds, plus a few copies of the weights, which Config::validate bounds.
+    virtual size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                                       int64_t batch) const = 0;
+    virtual size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                                     int64_t batch) const = 0;
     virtual void run_forward(const Config&, const ForwardArgs<float>&) const { unsupported(); }
     virtual void run_forward(const Config&, const ForwardArgs<double>&) const { unsupported(); }
     virtual void run_backward(const Config&, const BackwardArgs<float>&) const { unsupported(); }
     virtual void run_backward(const Config&, const BackwardArgs<double>&) const { unsupported(); }
 
 private:
+    // The sizing queries' own validation (the forward and backward calls check the same through
+    // their tensors): without it a negative T wraps to a huge size_t, and N = 0 reaches oneDNN's
+    // primitive descriptors, which divide by it.
+    static void check_sizes(const Config& config, int64_t seq_len, int64_t batch,
+                            const char* query) {
+        config.validate();
+        check(seq_len >= 1, query, ": seq_len (T) must be >= 1, got ", seq_len);
+        check(batch >= 1, query, ": batch (N) must be >= 1, got ", batch);
+        // 64 covers every buffer a variant sums (see run_workspace_bytes), 8 the widest element.
+        const int64_t width = 4 * config.hidden_size + config.input_size + config.state_size();
+        int64_t bytes = 64 * 8;
+        for (int64_t factor : {seq_len, batch, config.num_cells(), width})
+            if (__builtin_mul_overflow(bytes, factor, &bytes))
+                fail_as<OutOfMemory>(query, ": T ", seq_len, ", N ", batch, " with this config (",
+                                     config.num_cells(), " cells, H ", config.hidden_size,
+                                     ", input ", config.input_size,
+                                     ") needs buffers whose sizes do not fit in 64 bits");
+    }
+
     // Reached only if supports() accepted a dtype the variant does not implement: a bug.
     [[noreturn]] void unsupported() const {
         fail("variant '", name(), "' accepted a dtype in supports() that it does not implement");
@@ -273,8 +305,8 @@ void Variant::backward(const Config& config, const BackwardArgs<T>& args) const 
     detail::check_optional_c(args.dc0, "dc0", config, batch);
     if (args.part != BackwardPart::all) {
         if (auto why = supports_split_backward())
-            fail("variant '", name(), "' (", to_string(device()), ") cannot run backward part ",
-                 to_string(args.part), ": ", *why);
+            fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
+                                 ") cannot run backward part ", to_string(args.part), ": ", *why);
     }
     // The data part leaves dparams alone, so it may be omitted there.
     if (args.part != BackwardPart::data || !args.dparams.empty())

@@ -65,6 +65,13 @@ TEST_CASE("argmax_classes and accuracy", "[nn]") {
     CHECK(nn::accuracy(classes, targets) == Approx(2.0 / 3.0));
     const std::vector<int64_t> one = {1};
     CHECK_THROWS_WITH(nn::accuracy(classes, one), Contains("3 predictions but 1 targets"));
+    // torch.argmax takes NaN as the largest value, the first NaN of a row winning.
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> with_nan = {1.0f, nan, 0.0f, nan, 5.0f, nan, 2.0f, 3.0f, nan};
+    CHECK(nn::argmax_classes(TensorView<const float>(with_nan.data(), {3, 3})) ==
+          std::vector<int64_t>{1, 0, 2});
+    CHECK_THROWS_WITH(nn::argmax_classes(TensorView<const float>(nullptr, {2, 3})),
+                      Contains("scores has no data"));
 }
 
 TEST_CASE("a model's logits() are what its loss was computed from", "[nn]") {

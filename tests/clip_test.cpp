@@ -40,4 +40,12 @@ TEST_CASE("clip_grad_norm refuses max_norm <= 0 and, when asked, non-finite grad
     CHECK_THROWS_WITH(clip_grad_norm<double>({Span<double>(g)}, 1.0, true),
                       Catch::Contains("the total norm is nan"));
     CHECK(std::isnan(clip_grad_norm<double>({Span<double>(g)}, 1.0)));
+    // As in PyTorch, a NaN norm's coefficient (clamped, still NaN) makes every gradient NaN;
+    // they were once left as they were.
+    CHECK(std::isnan(g[0]));
+    std::vector<double> h = {3.0, std::numeric_limits<double>::infinity(), 4.0};
+    clip_grad_norm<double>({Span<double>(h)}, 1.0);  // coefficient 0: inf * 0 is NaN
+    CHECK(h[0] == 0.0);
+    CHECK(std::isnan(h[1]));
+    CHECK(h[2] == 0.0);
 }

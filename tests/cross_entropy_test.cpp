@@ -391,3 +391,22 @@ TEST_CASE("cross_entropy_frames rejects bad lengths and valid-frame targets", "[
                              TensorView<double>(grad.data(), {steps, batch + 1, classes - 1})),
         Catch::Contains("grad must have shape (5, 3, 4), got (5, 4, 3)"));
 }
+
+TEST_CASE("cross_entropy refuses outputs that share memory with logits", "[loss]") {
+    // The kernel uses grad as scratch while it still reads logits: in place, the loss of
+    // logits (1, 2, 3) against class 0 came out 4.318 instead of 2.408, without an error.
+    std::vector<float> b = {1.0f, 2.0f, 3.0f};
+    const std::vector<int64_t> t = {0};
+    CHECK_THROWS_WITH(
+        cross_entropy(TensorView<const float>(b.data(), {1, 3}), Span<const int64_t>(t),
+                      Reduction::sum, TensorView<float>(b.data(), {1, 3})),
+        Catch::Contains("grad must not overlap logits"));
+    CHECK_THROWS_WITH(cross_entropy_frames(TensorView<const float>(b.data(), {1, 1, 3}), {},
+                                           Span<const int64_t>(t), Reduction::sum, {},
+                                           TensorView<float>(b.data() + 2, {1, 1})),
+                      Catch::Contains("losses must not overlap logits"));
+    // Without lengths, T = 0 leaves the sequences without frames; the message says so.
+    CHECK_THROWS_WITH(cross_entropy_frames(TensorView<const float>(b.data(), {0, 1, 3}), {},
+                                           Span<const int64_t>()),
+                      Catch::Contains("logits has T = 0 frames"));
+}

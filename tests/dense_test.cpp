@@ -193,6 +193,9 @@ TEST_CASE("Dense rejects mismatched shapes with messages naming the argument", "
                        TensorView<float>(dx.data(), {4, 2})),
         Catch::Contains("dx must have shape (2, 4), got (4, 2)"));
     CHECK_THROWS_WITH(Dense<float>(0, 3), Catch::Contains("in_features must be >= 1, got 0"));
+    // out * in past 2^63 once wrapped to a tiny layer; beyond memory, std::bad_alloc came out.
+    CHECK_THROWS_AS(Dense<float>(int64_t(1) << 62, 4), lstm::OutOfMemory);
+    CHECK_THROWS_AS(Dense<float>(int64_t(1) << 31, int64_t(1) << 31), lstm::OutOfMemory);
 }
 
 TEMPLATE_TEST_CASE("gather_last_step and scatter_last_step use each sequence's last valid step",

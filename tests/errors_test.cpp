@@ -139,13 +139,66 @@ TEST_CASE("backward requires the reserve and checks gradient shapes", "[errors]"
     }
 }
 
+TEST_CASE("sizes below 1 or beyond 64 bits are refused by name on every CPU variant", "[errors]") {
+    // oneDNN divided by N = 0 inside its primitive descriptors (SIGFPE), a negative T came back
+    // as an out-of-memory error, and the sizing queries wrapped to huge or tiny byte counts.
+    const Config config{3, 5, 1, false};
+    const std::vector<float> x(12, 0.5f);
+    for (const Variant* v : variants_on(Device::cpu)) {
+        INFO("variant " << v->name());
+        Lstm layer(config, v->name());
+        CHECK_THROWS_AS(layer.forward(TensorView<const float>(x.data(), {4, 0, 3})),
+                        InvalidArgument);
+        CHECK_THROWS_WITH(layer.forward(TensorView<const float>(x.data(), {4, 0, 3})),
+                          Contains("x: N (x.size(1)) must be >= 1, got 0"));
+        CHECK_THROWS_WITH(layer.infer(TensorView<const float>(x.data(), {0, 2, 3})),
+                          Contains("x: T (x.size(0)) must be >= 1, got 0"));
+        CHECK_THROWS_WITH(v->workspace_bytes(config, DType::f32, 4, 0),
+                          Contains("workspace_bytes: batch (N) must be >= 1, got 0"));
+        CHECK_THROWS_WITH(v->reserve_bytes(config, DType::f32, -1, 2),
+                          Contains("reserve_bytes: seq_len (T) must be >= 1, got -1"));
+        CHECK_THROWS_AS(v->reserve_bytes(config, DType::f32, int64_t(1) << 40, int64_t(1) << 30),
+                        OutOfMemory);
+        Config empty = config;
+        empty.input_size = 0;
+        CHECK_THROWS_WITH(v->workspace_bytes(empty, DType::f32, 4, 2),
+                          Contains("config.input_size must be >= 1, got 0"));
+    }
+    CHECK_THROWS_WITH(TensorView<const float>(x.data(), {-1, 2, 3}),
+                      Contains("TensorView: sizes must be >= 0, got shape (-1, 2, 3)"));
+    CHECK_THROWS_WITH(TensorView<const float>(x.data(), {int64_t(1) << 32, int64_t(1) << 32, 2}),
+                      Contains("has more than 2^63 elements"));
+    // A parameter count past int64 once wrapped to a layer of 0 parameters.
+    Config huge{int64_t(3) << 30, int64_t(1) << 30};
+    huge.bias = false;
+    CHECK_THROWS_WITH(Lstm(huge, "basic"), Contains("has more than 2^59 parameters"));
+    huge = Config{3, 5, int64_t(1) << 62, false};
+    CHECK_THROWS_WITH(Lstm(huge, "basic"), Contains("has more than 2^59 parameters"));
+    // Within 2^59 parameters but far beyond memory: refused before anything is allocated.
+    CHECK_THROWS_AS(Lstm(Config{1, 1, int64_t(1) << 40, false}, "basic"), OutOfMemory);
+}
+
 TEST_CASE("the registry and the layer report unknown names and misuse", "[errors]") {
     CHECK_THROWS_WITH(find_variant("nope", Device::cpu),
                       Contains("variant 'nope' on cpu is not built into this binary"));
     Lstm layer(Config{3, 5, 1, false}, "basic");
     std::vector<float> dy(2 * 1 * 5, 1.0f);
     CHECK_THROWS_WITH(layer.backward(TensorView<const float>(dy.data(), {2, 1, 5})),
-                      Contains("needs a training forward() first"));
+                      Contains("needs a training forward() since the last backward()"));
+    // One backward per training forward (PyTorch refuses a second backward through a graph):
+    // basic and fused overwrite the forward's activations with gate gradients, and a second
+    // backward once returned wrong gradients without an error.
+    for (const Variant* v : variants_on(Device::cpu)) {
+        INFO("variant " << v->name());
+        Lstm twice(Config{3, 5, 1, true}, v->name());
+        const std::vector<float> x(4 * 2 * 3, 0.5f), dy2(4 * 2 * 10, 1.0f);
+        const TensorView<const float> xv(x.data(), {4, 2, 3}), dyv(dy2.data(), {4, 2, 10});
+        twice.forward(xv);
+        twice.backward(dyv);
+        CHECK_THROWS_WITH(twice.backward(dyv), Contains("a backward() that already used this"));
+        twice.forward(xv);
+        CHECK_NOTHROW(twice.backward(dyv));
+    }
     // nn.LSTM's own limits on its options, and a variant that lacks one says so by kind.
     Config projected{3, 5, 1, false};
     projected.proj_size = 5;

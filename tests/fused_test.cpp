@@ -223,12 +223,12 @@ TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]
                                                         DType dt) const override {
                         return fused_variant().supports(cfg, dt);
                     }
-                    size_t workspace_bytes(const Config& cfg, DType dt, int64_t t,
-                                           int64_t n) const override {
+                    size_t run_workspace_bytes(const Config& cfg, DType dt, int64_t t,
+                                               int64_t n) const override {
                         return fused_variant().workspace_bytes(cfg, dt, t, n);
                     }
-                    size_t reserve_bytes(const Config& cfg, DType dt, int64_t t,
-                                         int64_t n) const override {
+                    size_t run_reserve_bytes(const Config& cfg, DType dt, int64_t t,
+                                             int64_t n) const override {
                         return fused_variant().reserve_bytes(cfg, dt, t, n);
                     }
                     void run_forward(const Config& cfg,
@@ -631,10 +631,10 @@ struct TargetVariant final : Variant {
         return dt == DType::f32 ? fused_variant().supports(cfg, dt)
                                 : std::optional<std::string>("float only");
     }
-    size_t workspace_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
+    size_t run_workspace_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
         return fused_variant().workspace_bytes(cfg, dt, t, n);
     }
-    size_t reserve_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
+    size_t run_reserve_bytes(const Config& cfg, DType dt, int64_t t, int64_t n) const override {
         return fused_variant().reserve_bytes(cfg, dt, t, n);
     }
     void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "test_util.hpp"
@@ -237,6 +238,16 @@ TEST_CASE("Sgd set_lr changes the following steps only", "[nn]") {
     sgd.step();  // p -= 1.0 * g
     CHECK(params[0] == Approx(1.0 - 0.05 - 0.5).epsilon(1e-15));
     CHECK(params[1] == Approx(-2.0 - 0.025 - 0.25).epsilon(1e-15));
+}
+
+TEST_CASE("Adam refuses a step past the largest step count", "[nn]") {
+    std::vector<float> params(3, 1.0f), grads(3, 0.5f);
+    Adam<float> adam;
+    adam.add(Span<float>(params), Span<const float>(grads));
+    adam.set_steps(0, std::numeric_limits<int64_t>::max());
+    // The count once wrapped to INT64_MIN and wrote NaN into the parameters.
+    CHECK_THROWS_WITH(adam.step(), Catch::Contains("step count is already"));
+    CHECK(params[0] == 1.0f);
 }
 
 TEST_CASE("Optimizers reject mismatched buffers and invalid options", "[nn]") {

@@ -117,8 +117,8 @@ public:
     std::optional<std::string> supports(const Config&, DType) const override {
         return std::nullopt;
     }
-    size_t workspace_bytes(const Config&, DType, int64_t, int64_t) const override { return 0; }
-    size_t reserve_bytes(const Config&, DType, int64_t, int64_t) const override { return 0; }
+    size_t run_workspace_bytes(const Config&, DType, int64_t, int64_t) const override { return 0; }
+    size_t run_reserve_bytes(const Config&, DType, int64_t, int64_t) const override { return 0; }
 };
 
 // Throws unless `part` is refused by `v` with its supports_split_backward() reason.
@@ -144,7 +144,7 @@ void check_refuses(const Variant& v, BackwardPart part) {
     b.reserve_size = rs_bytes;
     b.part = part;
     INFO("variant " << v.name() << ", part " << to_string(part));
-    CHECK_THROWS_AS(v.backward(config, b), Error);
+    CHECK_THROWS_AS(v.backward(config, b), Unsupported);
     CHECK_THROWS_WITH(
         v.backward(config, b),
         Contains(std::string("cannot run backward part ") + to_string(part)) && Contains(reason));

@@ -51,6 +51,22 @@ void check_ce_devices(const TensorView<const T>& logits, const TensorView<T>& gr
 #endif
 }
 
+// The kernels use grad as scratch while they still read logits, so an output that shares memory
+// with logits (or with the other output) would change the loss without a word.
+template <typename T>
+void check_ce_outputs_apart(TensorView<const T> logits, TensorView<T> grad, TensorView<T> losses,
+                            const char* function) {
+    using lstm::detail::overlaps;
+    const int64_t n = logits.numel();
+    check(grad.empty() || !overlaps(grad.data(), grad.numel(), logits.data(), n), function,
+          ": grad must not overlap logits (the gradient cannot be computed in place)");
+    check(losses.empty() || !overlaps(losses.data(), losses.numel(), logits.data(), n), function,
+          ": losses must not overlap logits");
+    check(grad.empty() || losses.empty() ||
+              !overlaps(grad.data(), grad.numel(), losses.data(), losses.numel()),
+          function, ": grad and losses must not overlap");
+}
+
 // Factor that turns d(sum of counted losses) into d(returned loss).
 inline double ce_reduction_scale(Reduction reduction, int64_t count) {
     return reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
@@ -93,6 +109,7 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
     check(rows == 0 || targets.data != nullptr, fn, ": targets has no data");
     if (!grad.empty()) check_shape(grad, "cross_entropy: grad", {rows, classes});
     if (!losses.empty()) check_shape(losses, "cross_entropy: losses", {rows});
+    detail::check_ce_outputs_apart(logits, grad, losses, fn);
     for (int64_t r = 0; r < rows; ++r) {
         check(targets[r] >= 0 && targets[r] < classes, fn, ": targets[", r, "] = ", targets[r],
               " is out of range for ", classes, " classes (expected 0..", classes - 1, ")");
@@ -150,6 +167,9 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
     check(lengths.empty() || lengths.data != nullptr, fn, ": lengths has no data");
     if (!grad.empty()) check_shape(grad, "cross_entropy_frames: grad", {steps, batch, classes});
     if (!losses.empty()) check_shape(losses, "cross_entropy_frames: losses", {steps, batch});
+    detail::check_ce_outputs_apart(logits, grad, losses, fn);
+    check(!lengths.empty() || steps >= 1 || batch == 0, fn, ": logits has T = ", steps,
+          " frames, and with no lengths every one of its ", batch, " sequences needs at least one");
 
     int64_t count = 0;
     for (int64_t n = 0; n < batch; ++n) {

@@ -136,15 +136,6 @@ void check_device(const V& view, const char* name, Device device, const char* in
           "; outputs must be on the input's device");
 }
 
-// Whether two arrays share memory (addresses compared as integers: the arrays are unrelated).
-template <typename A, typename B>
-bool overlaps(const A* a, int64_t a_count, const B* b, int64_t b_count) {
-    const auto a0 = reinterpret_cast<std::uintptr_t>(a);
-    const auto b0 = reinterpret_cast<std::uintptr_t>(b);
-    return a0 < b0 + static_cast<std::uintptr_t>(b_count) * sizeof(B) &&
-           b0 < a0 + static_cast<std::uintptr_t>(a_count) * sizeof(A);
-}
-
 // Checks everything ctc_loss reads and writes; throws lstm::Error naming the argument.
 template <typename T>
 CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
@@ -189,7 +180,7 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
     if (!grad.empty()) {
         check_shape(grad, logits ? "ctc_loss: grad_logits" : "ctc_loss: grad_log_probs",
                     {d.max_time, d.batch, d.classes});
-        check(!overlaps(grad.data(), grad.numel(), input.data(), input.numel()),
+        check(!lstm::detail::overlaps(grad.data(), grad.numel(), input.data(), input.numel()),
               "ctc_loss: ", grad_name, " must not overlap ", input_name,
               " (the input is still read while the gradient is written)");
     }

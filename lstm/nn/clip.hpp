@@ -32,7 +32,9 @@ double clip_grad_norm(std::initializer_list<Span<T>> grads, double max_norm,
           "; the gradients hold NaN or inf (error_if_nonfinite)");
     // PyTorch's 1e-6 keeps the coefficient finite for a zero norm.
     const double coef = max_norm / (total + 1e-6);
-    if (!(coef < 1)) return total;  // multiplying by 1 changes nothing
+    // Multiplying by 1 changes nothing. A NaN norm gives a NaN coefficient, which (as PyTorch's
+    // clamp keeps NaN) scales every gradient to NaN instead of leaving them as they were.
+    if (coef >= 1) return total;
     const T scale = static_cast<T>(coef);
     for (const Span<T>& g : grads)
         for (int64_t i = 0; i < g.size; ++i) g[i] *= scale;

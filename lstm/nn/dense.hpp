@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
 #include "lstm/detail/random.hpp"
 #include "lstm/error.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::nn {
@@ -27,6 +29,20 @@ public:
         : in_(in_features), out_(out_features), bias_(bias) {
         check(in_features >= 1, "Dense: in_features must be >= 1, got ", in_features);
         check(out_features >= 1, "Dense: out_features must be >= 1, got ", out_features);
+        // Parameters and gradients, checked for overflow (a byte count past 2^64 is refused as
+        // more than any machine has, before parameter_count() could wrap) and against the
+        // memory the machine can give, before either is allocated.
+        const uint64_t weight = MemoryRequest::bytes({out_features, in_features}, sizeof(T));
+        const uint64_t bias_bytes = bias ? MemoryRequest::bytes({out_features}, sizeof(T)) : 0;
+        MemoryRequest()
+            .add("weight", weight)
+            .add("bias", bias_bytes)
+            .add("weight gradient", weight)
+            .add("bias gradient", bias_bytes)
+            .check([&] {
+                return "Dense (in_features " + std::to_string(in_features) + ", out_features " +
+                       std::to_string(out_features) + ")";
+            });
         params_.assign(static_cast<size_t>(parameter_count()), T(0));
         grads_.assign(params_.size(), T(0));
         reset_parameters(0);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -286,6 +287,9 @@ private:
     }
 
     void step_entry(Entry& e) {
+        check(e.steps < std::numeric_limits<int64_t>::max(),
+              "Adam::step: a buffer's step count is already ", e.steps,
+              " (set_steps), the largest an int64 holds");
         e.steps += 1;
         const kernels::AdamCoefficients<T> c = kernels::adam_coefficients<T>(
             options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,

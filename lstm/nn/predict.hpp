@@ -4,6 +4,7 @@
 // accuracy. For CTC heads, lstm/loss/ctc_decode.hpp decodes label sequences and computes the
 // label error rate. Host memory.
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -25,13 +26,15 @@ std::vector<int64_t> argmax_classes(TensorView<const T> scores) {
     const int64_t classes = scores.size(scores.rank() - 1);
     check(classes >= 1, "argmax_classes: scores has no classes (shape ", scores.shape_string(),
           ")");
+    check(scores.numel() == 0 || scores.data() != nullptr, "argmax_classes: scores has no data");
     const int64_t rows = scores.numel() / classes;
     std::vector<int64_t> out(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
         const T* row = scores.data() + r * classes;
         int64_t best = 0;
+        // torch.argmax takes NaN as the largest value: the first NaN wins, and nothing beats it.
         for (int64_t c = 1; c < classes; ++c)
-            if (row[c] > row[best]) best = c;
+            if (row[c] > row[best] || (std::isnan(row[c]) && !std::isnan(row[best]))) best = c;
         out[static_cast<size_t>(r)] = best;
     }
     return out;
@@ -42,6 +45,8 @@ inline double accuracy(Span<const int64_t> predicted, Span<const int64_t> target
     check(predicted.size == targets.size, "accuracy: ", predicted.size, " predictions but ",
           targets.size, " targets");
     check(predicted.size >= 1, "accuracy: no predictions");
+    check(predicted.data != nullptr && targets.data != nullptr,
+          "accuracy: predicted or targets has no data");
     int64_t right = 0;
     for (int64_t i = 0; i < predicted.size; ++i) right += predicted[i] == targets[i];
     return static_cast<double>(right) / static_cast<double>(predicted.size);

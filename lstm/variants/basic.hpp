@@ -396,21 +396,21 @@ public:
     // per-step GEMMs from them (see the top of this file).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
-    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                           int64_t batch) const override {
+protected:
+    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                               int64_t batch) const override {
         return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
             basic_detail::carve_workspace<decltype(element)>(carve, config, seq_len, batch);
         });
     }
 
-    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                         int64_t batch) const override {
+    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                             int64_t batch) const override {
         return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
             basic_detail::carve_reserve<decltype(element)>(carve, config, seq_len, batch);
         });
     }
 
-protected:
     void run_forward(const Config& c, const ForwardArgs<float>& a) const override { fwd(c, a); }
     void run_forward(const Config& c, const ForwardArgs<double>& a) const override { fwd(c, a); }
     void run_backward(const Config& c, const BackwardArgs<float>& a) const override { bwd(c, a); }

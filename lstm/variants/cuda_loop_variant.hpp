@@ -31,16 +31,16 @@ public:
     // BackwardPart::all, so the same bits; fused: the GEMMs over all steps).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
-    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                           int64_t batch) const override {
+protected:
+    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                               int64_t batch) const override {
         return workspace_size(config, dtype, seq_len, batch);
     }
-    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                         int64_t batch) const override {
+    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                             int64_t batch) const override {
         return reserve_size(config, dtype, seq_len, batch);
     }
 
-protected:
     void run_forward(const Config& config, const ForwardArgs<float>& args) const override;
     void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
     void run_backward(const Config& config, const BackwardArgs<float>& args) const override;

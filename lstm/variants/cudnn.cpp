@@ -449,14 +449,14 @@ CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_le
     return s;
 }
 
-size_t CudnnVariant::workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                     int64_t batch) const {
+size_t CudnnVariant::run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                                         int64_t batch) const {
     const CudnnSizes s = sizes(config, dtype, seq_len, batch);
     return cudnn_workspace_size(s, seq_len, batch, config.input_size, elem_size(dtype));
 }
 
-size_t CudnnVariant::reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                   int64_t batch) const {
+size_t CudnnVariant::run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                                       int64_t batch) const {
     return cudnn_reserve_size(sizes(config, dtype, seq_len, batch));
 }
 

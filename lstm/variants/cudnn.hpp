@@ -76,18 +76,17 @@ public:
     std::optional<std::string> supports(const Config& config, DType dtype) const override;
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
-    // Both ask cuDNN (see the file comment); they throw lstm::Error when no CUDA device is
-    // visible or supports() objects.
-    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                           int64_t batch) const override;
-    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                         int64_t batch) const override;
-
     // cuDNN's sizes for (config, dtype, T, N) with every sequence of length T, as the variant's
     // own handle reports them; what workspace_bytes() and reserve_bytes() carve.
     CudnnSizes sizes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const;
 
 protected:
+    // Both ask cuDNN (see the file comment); they throw lstm::Error when no CUDA device is
+    // visible or supports() objects.
+    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                               int64_t batch) const override;
+    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                             int64_t batch) const override;
     void run_forward(const Config& config, const ForwardArgs<float>& args) const override;
     void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
     void run_backward(const Config& config, const BackwardArgs<float>& args) const override;

@@ -1021,21 +1021,21 @@ public:
     // Backward splits at the seam it always had (time loop, then weight GEMMs over all steps).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
-    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                           int64_t batch) const override {
+protected:
+    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                               int64_t batch) const override {
         return detail::carved_bytes_from_boundary(dtype, [&](detail::Carver& carve, auto element) {
             fused_detail::carve_workspace<decltype(element)>(carve, config, seq_len, batch);
         });
     }
 
-    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                         int64_t batch) const override {
+    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                             int64_t batch) const override {
         return detail::carved_bytes_from_boundary(dtype, [&](detail::Carver& carve, auto element) {
             fused_detail::carve_reserve<decltype(element)>(carve, config, seq_len, batch);
         });
     }
 
-protected:
     void run_forward(const Config& c, const ForwardArgs<float>& a) const override {
         with_fastest_loop(c, a.x, [&](auto&& time_loop) { time_loop.forward(a); });
     }

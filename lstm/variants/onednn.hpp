@@ -618,10 +618,11 @@ public:
             "BackwardPart::data / weights");
     }
 
+protected:
     // The largest of what a training forward, an inference forward and a backward need: our
     // converted weights, states and oneDNN's scratchpad. Builds (and caches) the plan.
-    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                           int64_t batch) const override {
+    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
+                               int64_t batch) const override {
         using namespace onednn_detail;
         if (dtype != DType::f32) return 0;
         const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch);
@@ -634,8 +635,8 @@ public:
         return most;
     }
 
-    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                         int64_t batch) const override {
+    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
+                             int64_t batch) const override {
         using namespace onednn_detail;
         if (dtype != DType::f32) return 0;
         const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch);
@@ -644,7 +645,6 @@ public:
         return carve.bytes();
     }
 
-protected:
     // The float64 hooks stay the base's: supports() refuses float64 before they could run.
     using Variant::run_backward;
     using Variant::run_forward;
