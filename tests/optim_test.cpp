@@ -248,6 +248,12 @@ TEST_CASE("Adam refuses a step past the largest step count", "[nn]") {
     // The count once wrapped to INT64_MIN and wrote NaN into the parameters.
     CHECK_THROWS_WITH(adam.step(), Catch::Contains("step count is already"));
     CHECK(params[0] == 1.0f);
+    // A negative size was once registered silently by Sgd and reported as out of memory by Adam.
+    Sgd<float> sgd(SgdOptions{0.1});
+    CHECK_THROWS_WITH(sgd.add(Span<float>(params.data(), -1), Span<const float>(grads.data(), -1)),
+                      Catch::Contains("params has -1 elements; sizes must be >= 0"));
+    CHECK_THROWS_WITH(adam.add(Span<float>(params.data(), -1), Span<const float>(grads.data(), -1)),
+                      Catch::Contains("params has -1 elements; sizes must be >= 0"));
 }
 
 TEST_CASE("Optimizers reject mismatched buffers and invalid options", "[nn]") {

@@ -30,6 +30,7 @@ namespace detail {
 // element_bytes: the size of one element of both buffers.
 inline void check_buffer_pair(const char* fn, int64_t params_size, const void* params_data,
                               int64_t grads_size, const void* grads_data, size_t element_bytes) {
+    check(params_size >= 0, fn, ": params has ", params_size, " elements; sizes must be >= 0");
     check(grads_size == params_size, fn, ": grads has ", grads_size, " elements, but params has ",
           params_size, "; they must match");
     check(params_size == 0 || (params_data != nullptr && grads_data != nullptr), fn,
