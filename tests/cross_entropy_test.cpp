@@ -409,4 +409,8 @@ TEST_CASE("cross_entropy refuses outputs that share memory with logits", "[loss]
     CHECK_THROWS_WITH(cross_entropy_frames(TensorView<const float>(b.data(), {0, 1, 3}), {},
                                            Span<const int64_t>()),
                       Catch::Contains("logits has T = 0 frames"));
+    // C = 0 once said "expected 0..-1" about the first target.
+    CHECK_THROWS_WITH(
+        cross_entropy(TensorView<const float>(b.data(), {1, 0}), Span<const int64_t>(t)),
+        Catch::Contains("logits has no classes (shape (1, 0))"));
 }
