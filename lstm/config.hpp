@@ -79,14 +79,17 @@ private:
     // after the first are all alike), so that a huge config is refused by name rather than
     // wrapping to a small parameter count.
     void check_parameter_count() const {
-        const int64_t gates = 4 * hidden_size, state = state_size();
+        // Each size alone is a lower bound of the count; below 2^59, 4H and D * S cannot wrap.
+        const bool too_wide = input_size > kMaxParameters || hidden_size > kMaxParameters ||
+                              num_layers > kMaxParameters;
+        const int64_t gates = too_wide ? 0 : 4 * hidden_size, state = state_size();
         int64_t first = 0, later = 0, total = 0;
-        const bool overflow =
-            hidden_size > kMaxParameters || cell_parameters(gates, input_size, state, first) ||
-            cell_parameters(gates, num_directions() * state, state, later) ||
-            __builtin_mul_overflow(later, num_layers - 1, &total) ||
-            __builtin_add_overflow(total, first, &total) ||
-            __builtin_mul_overflow(total, num_directions(), &total) || total > kMaxParameters;
+        const bool overflow = too_wide || cell_parameters(gates, input_size, state, first) ||
+                              cell_parameters(gates, num_directions() * state, state, later) ||
+                              __builtin_mul_overflow(later, num_layers - 1, &total) ||
+                              __builtin_add_overflow(total, first, &total) ||
+                              __builtin_mul_overflow(total, num_directions(), &total) ||
+                              total > kMaxParameters;
         check(!overflow, "config: nn.LSTM(input_size=", input_size, ", hidden_size=", hidden_size,
               ", num_layers=", num_layers, ", proj_size=", proj_size,
               ") has more than 2^59 parameters, more than any machine can hold");
