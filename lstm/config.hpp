@@ -70,16 +70,17 @@ struct Config {
         check_parameter_count();
     }
 
-    // At most 2^59 parameters: their count, and the bytes of the few fp64 copies of them a
-    // variant keeps (packed weights, gradients), then fit in int64 and size_t.
-    static constexpr int64_t kMaxParameters = int64_t(1) << 59;
+    // At most 2^48 parameters (a petabyte in fp32, beyond any machine). Below it every size a
+    // variant derives from the weights fits in 64 bits with room to spare: the few fp64 copies
+    // of them it keeps (packed weights, gradients), and scratch of a few thousand rows of 4H.
+    static constexpr int64_t kMaxParameters = int64_t(1) << 48;
 
 private:
     // The sum param_count() computes, checked for overflow without walking the layers (layers
     // after the first are all alike), so that a huge config is refused by name rather than
     // wrapping to a small parameter count.
     void check_parameter_count() const {
-        // Each size alone is a lower bound of the count; below 2^59, 4H and D * S cannot wrap.
+        // Each size alone is a lower bound of the count; below 2^48, 4H and D * S cannot wrap.
         const bool too_wide = input_size > kMaxParameters || hidden_size > kMaxParameters ||
                               num_layers > kMaxParameters;
         const int64_t gates = too_wide ? 0 : 4 * hidden_size, state = state_size();
@@ -92,7 +93,7 @@ private:
                               total > kMaxParameters;
         check(!overflow, "config: nn.LSTM(input_size=", input_size, ", hidden_size=", hidden_size,
               ", num_layers=", num_layers, ", proj_size=", proj_size,
-              ") has more than 2^59 parameters, more than any machine can hold");
+              ") has more than 2^48 parameters, more than any machine can hold");
     }
     // 4H * (in + S) + (bias ? 8H : 0) + P * H into `out`; true on overflow.
     bool cell_parameters(int64_t gates, int64_t in, int64_t state, int64_t& out) const {

@@ -167,7 +167,8 @@ public:
 protected:
     // The sizes above for arguments already checked. A variant's buffers are fewer than 64
     // planes of T * N * num_cells * (4H + input + S) elements of at most 8 bytes, which
-    // check_sizes bounds, plus a few copies of the weights, which Config::validate bounds.
+    // check_sizes bounds, plus copies of the weights and scratch rows of 4H, which
+    // Config::validate bounds.
     virtual size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                                        int64_t batch) const = 0;
     virtual size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,

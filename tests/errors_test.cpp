@@ -171,10 +171,10 @@ TEST_CASE("sizes below 1 or beyond 64 bits are refused by name on every CPU vari
     // A parameter count past int64 once wrapped to a layer of 0 parameters.
     Config huge{int64_t(3) << 30, int64_t(1) << 30};
     huge.bias = false;
-    CHECK_THROWS_WITH(Lstm(huge, "basic"), Contains("has more than 2^59 parameters"));
+    CHECK_THROWS_WITH(Lstm(huge, "basic"), Contains("has more than 2^48 parameters"));
     huge = Config{3, 5, int64_t(1) << 62, false};
-    CHECK_THROWS_WITH(Lstm(huge, "basic"), Contains("has more than 2^59 parameters"));
-    // Within 2^59 parameters but far beyond memory: refused before anything is allocated.
+    CHECK_THROWS_WITH(Lstm(huge, "basic"), Contains("has more than 2^48 parameters"));
+    // Within 2^48 parameters but far beyond memory: refused before anything is allocated.
     CHECK_THROWS_AS(Lstm(Config{1, 1, int64_t(1) << 40, false}, "basic"), OutOfMemory);
 }
 
