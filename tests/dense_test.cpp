@@ -194,6 +194,11 @@ TEST_CASE("Dense rejects mismatched shapes with messages naming the argument", "
         Catch::Contains("dx must have shape (2, 4), got (4, 2)"));
     CHECK_THROWS_WITH(Dense<float>(0, 3), Catch::Contains("in_features must be >= 1, got 0"));
     // out * in past 2^63 once wrapped to a tiny layer; beyond memory, std::bad_alloc came out.
+    Dense<float> square(3, 3, true);
+    std::vector<float> xy(2 * 3, 1.0f);
+    CHECK_THROWS_WITH(square.forward(TensorView<const float>(xy.data(), {2, 3}),
+                                     TensorView<float>(xy.data(), {2, 3})),
+                      Catch::Contains("y must not overlap x"));
     CHECK_THROWS_AS(Dense<float>(int64_t(1) << 62, 4), lstm::OutOfMemory);
     CHECK_THROWS_AS(Dense<float>(int64_t(1) << 31, int64_t(1) << 31), lstm::OutOfMemory);
 }

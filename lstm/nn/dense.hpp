@@ -102,6 +102,9 @@ public:
         check_host(y, fn, "y");
         check_data(x, fn, "x");
         check_data(y, fn, "y");
+        // y is written (the bias first) while x is still read: in place would be wrong silently.
+        check(!lstm::detail::overlaps(y.data(), y.numel(), x.data(), x.numel()), fn,
+              ": y must not overlap x");
         if (rows == 0) return;
         // Broadcasting the bias into y first lets the GEMM add onto it, saving a pass over y.
         if (bias_) {
