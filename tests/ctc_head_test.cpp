@@ -42,6 +42,20 @@ double direct_ctc(TensorView<const float> logits, const std::vector<int64_t>& le
 
 }  // namespace
 
+TEST_CASE("target_lengths is refused for a head other than ctc", "[nn][ctc]") {
+    // It was dropped without a word, so a pipeline wired for the wrong head trained on.
+    const auto x = test::random_vector<float>(kSteps * kBatch * kInput, 31, -1.0, 1.0);
+    const TensorView<const float> xv(x.data(), {kSteps, kBatch, kInput});
+    nn::ModelConfig config = ctc_config(0);
+    config.head = nn::Head::ce_last_step;
+    nn::SequenceModel<float> model(config, "basic", Device::cpu, 4);
+    const std::vector<int64_t> classes = {0, 1, 2}, label_lengths = {1, 1, 1};
+    CHECK_THROWS_WITH(model.evaluate(xv, {}, classes, label_lengths),
+                      Contains("target_lengths is for the ctc head only; this model's head, "
+                               "ce_last_step, takes none, got 3 entries"));
+    CHECK(std::isfinite(model.evaluate(xv, {}, classes)));
+}
+
 TEST_CASE("the ctc head uses its configured blank", "[nn][ctc]") {
     const auto x = test::random_vector<float>(kSteps * kBatch * kInput, 31, -1.0, 1.0);
     const TensorView<const float> xv(x.data(), {kSteps, kBatch, kInput});

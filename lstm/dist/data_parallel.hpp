@@ -178,8 +178,15 @@ private:
         if (x.rank() != 3) return 1;  // the model rejects it with its own message
         if (model_.config().head != nn::Head::ce_every_frame) return static_cast<double>(x.size(1));
         if (lengths.empty()) return static_cast<double>(x.size(0) * x.size(1));
+        // Checked here, before the sum weights this rank's gradients: a length the model would
+        // refuse could otherwise cancel real frames or empty the global batch first.
+        const int64_t steps = x.size(0);
         double frames = 0;
-        for (int64_t v : lengths) frames += static_cast<double>(v);
+        for (int64_t n = 0; n < lengths.size; ++n) {
+            check(lengths[n] >= 1 && lengths[n] <= steps, "DataParallel: lengths[", n,
+                  "] = ", lengths[n], " must be in 1..T = ", steps);
+            frames += static_cast<double>(lengths[n]);
+        }
         return frames;
     }
 

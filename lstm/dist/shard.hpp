@@ -19,8 +19,9 @@ struct ShardRange {
 // global batch. With fewer items than ranks the last ranks get empty shards.
 inline ShardRange shard_range(int64_t items, int rank, int size) {
     check(items >= 0, "shard_range: items must be >= 0, got ", items);
-    check(size >= 1 && rank >= 0 && rank < size, "shard_range: rank must be in [0, size = ", size,
-          "), got ", rank);
+    check(size >= 1, "shard_range: size (the number of ranks) must be >= 1, got ", size);
+    check(rank >= 0 && rank < size, "shard_range: rank must be in [0, size = ", size, "), got ",
+          rank);
     const int64_t base = items / size, extra = items % size;
     const int64_t begin = rank * base + (rank < extra ? rank : extra);
     return {begin, begin + base + (rank < extra ? 1 : 0)};

@@ -236,6 +236,11 @@ private:
 
     T forward_loss(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                    Span<const int64_t> target_lengths, bool training) {
+        // Only CTC reads it: for another head it would be dropped, and a pipeline wired for the
+        // wrong head would train on without notice.
+        check(target_lengths.empty() || config_.head == Head::ctc,
+              "SequenceModel: target_lengths is for the ctc head only; this model's head, ",
+              to_string(config_.head), ", takes none, got ", target_lengths.size, " entries");
         const TensorView<const T> x_on_device = stage_input(x);
         const TensorView<const T> y =
             training ? lstm_.forward(x_on_device, lengths) : lstm_.infer(x_on_device, lengths);

@@ -264,6 +264,22 @@ TEST_CASE("an empty global batch is an error on every rank", "[dist]") {
                       Catch::Contains("the global batch is empty"));
 }
 
+TEST_CASE("a per-frame head's lengths are checked before they weight a rank's gradients",
+          "[dist]") {
+    // Summed unchecked, lengths of 0 once made a batch of 4 sequences read as empty, and a
+    // negative one could have cancelled real frames in the ranks' weights.
+    nn::SequenceModel<float> model(model_config(nn::Head::ce_every_frame), "basic", Device::cpu, 1);
+    dist::DataParallel<float> dp(model, world());
+    const std::vector<float> x(static_cast<size_t>(kSteps * 2 * kInput), 0.5f);
+    const TensorView<const float> xv(x.data(), {kSteps, 2, kInput});
+    const std::vector<int64_t> targets(static_cast<size_t>(kSteps * 2), 0);
+    for (const std::vector<int64_t>& lengths :
+         {std::vector<int64_t>{0, 1}, std::vector<int64_t>{-5, 1}})
+        CHECK_THROWS_WITH(dp.compute_gradients(xv, lengths, targets),
+                          Catch::Contains("DataParallel: lengths[0] = " +
+                                          std::to_string(lengths[0]) + " must be in 1..T"));
+}
+
 TEST_CASE("shard_range cuts a batch into contiguous, balanced, ordered shards", "[dist]") {
     for (int size : {1, 2, 3, 5})
         for (int64_t items : {0, 1, 4, 7, 10}) {
