@@ -59,12 +59,13 @@ public:
         int i = 0;
         for (int64_t s : shape) shape_[i++] = s;
         // Every size and element count derived from a view is an int64 product: a negative size
-        // or a count past 2^63 would wrap into a plausible one somewhere downstream.
+        // or a count past 2^63 would wrap into a plausible one somewhere downstream. (The shape
+        // string is built only to refuse: views are made in time loops.)
         int64_t elements = 1;
         for (int d = 0; d < rank_; ++d) {
-            check(shape_[d] >= 0, "TensorView: sizes must be >= 0, got shape ", shape_string());
-            check(!__builtin_mul_overflow(elements, shape_[d], &elements), "TensorView: shape ",
-                  shape_string(), " has more than 2^63 elements");
+            if (shape_[d] < 0) fail("TensorView: sizes must be >= 0, got shape ", shape_string());
+            if (__builtin_mul_overflow(elements, shape_[d], &elements))
+                fail("TensorView: shape ", shape_string(), " has more than 2^63 elements");
         }
     }
 

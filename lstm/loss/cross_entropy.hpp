@@ -105,8 +105,9 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
     detail::check_ce_devices(logits, grad, losses, fn, context);
     check(targets.size == rows, fn, ": targets must have M = ", rows, " elements, got ",
           targets.size);
-    check(rows == 0 || classes >= 1, fn, ": logits has no classes (shape ", logits.shape_string(),
-          "); every row needs at least one");
+    if (rows != 0 && classes < 1)
+        fail(fn, ": logits has no classes (shape ", logits.shape_string(),
+             "); every row needs at least one");
     check(rows == 0 || logits.data() != nullptr, fn, ": logits has no data");
     check(rows == 0 || targets.data != nullptr, fn, ": targets has no data");
     if (!grad.empty()) check_shape(grad, "cross_entropy: grad", {rows, classes});
@@ -164,8 +165,9 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
           " elements (or none for all T), got ", lengths.size);
     check(targets.size == steps * batch, fn, ": targets must have T * N = ", steps * batch,
           " elements, got ", targets.size);
-    check(steps * batch == 0 || classes >= 1, fn, ": logits has no classes (shape ",
-          logits.shape_string(), "); every frame needs at least one");
+    if (steps * batch != 0 && classes < 1)
+        fail(fn, ": logits has no classes (shape ", logits.shape_string(),
+             "); every frame needs at least one");
     check(logits.numel() == 0 || logits.data() != nullptr, fn, ": logits has no data");
     check(targets.size == 0 || targets.data != nullptr, fn, ": targets has no data");
     check(lengths.empty() || lengths.data != nullptr, fn, ": lengths has no data");

@@ -34,8 +34,8 @@ template <typename T>
 void check_sequence_host(const TensorView<T>& view, const char* fn, const char* name) {
     check(view.device() == Device::cpu, fn, ": ", name, " is on ", to_string(view.device()),
           ", but only cpu tensors are supported so far");
-    check(view.numel() == 0 || view.data() != nullptr, fn, ": ", name, " has no data (shape ",
-          view.shape_string(), ")");
+    if (view.numel() != 0 && view.data() == nullptr)
+        fail(fn, ": ", name, " has no data (shape ", view.shape_string(), ")");
 }
 
 // The step of sequence n's last valid frame: lengths[n] - 1, or T - 1 when lengths is empty.
