@@ -79,7 +79,7 @@ struct BackwardArgs {
     TensorView<T> dparams;        // (param_count(config)) ACCUMULATED into
     void* workspace = nullptr;
     size_t workspace_size = 0;
-    void* reserve = nullptr;  // written by the matching training forward; may be clobbered
+    void* reserve = nullptr;  // of the matching training forward; clobbered: one backward each
     size_t reserve_size = 0;
     cuda::Context* context = nullptr;       // CUDA variants: required
     BackwardPart part = BackwardPart::all;  // data / weights: see BackwardPart

@@ -31,9 +31,9 @@ all) files="" ;;
     ;;
 esac
 
-# -O0 -g1: sanitized code needs frames and lines for its reports. -O0 builds the subset in less
-# than half of -O1's time on 2 cores, and its run (less the cases tagged [long], below) still
-# takes under 20 s.
+# -O0 -g1: sanitized code needs frames and lines for its reports, and under the sanitizers -O1
+# builds the fused kernel's file many times more slowly (docs/testing.md); the run, less the
+# cases tagged [long] (below), takes seconds at -O0 all the same.
 cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${LSTM_SANITIZE_OPT:--O0 -g1}" -DLSTM_SANITIZE=ON "-DLSTM_TEST_FILES=$files" \
     -DLSTM_CUDA=OFF -DLSTM_BUILD_BENCH=OFF -DLSTM_BUILD_EXAMPLES=OFF >"$dir.configure.log" 2>&1 ||
