@@ -102,10 +102,12 @@ public:
     FlatSpan<const T> gradients() const { return {grads_.template as<T>(), count(), device_}; }
 
     // Copies between the flat buffers and host memory (param_count(config) elements), whatever
-    // device() is; they wait for the context's queued work.
+    // device() is; they wait for the context's queued work. A load ends the forward a backward
+    // could follow: its activations came from the weights replaced.
     void load_parameters(Span<const T> host) {
         check_host_count("load_parameters", host.size);
         params_.copy_from(host.data, Device::cpu, bytes_of(count()), context_);
+        trained_ = false;
     }
     void store_parameters(Span<T> host) const {
         check_host_count("store_parameters", host.size);
@@ -121,6 +123,7 @@ public:
     void reset_parameters(uint64_t seed) {
         const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden_size));
         std::mt19937_64 rng(seed);
+        trained_ = false;  // as load_parameters
         if (device_ == Device::cpu) {
             for (T& p : parameters()) p = static_cast<T>(detail::uniform(rng, -bound, bound));
             return;
@@ -167,7 +170,8 @@ public:
                                  TensorView<const T> dcn = {}, bool compute_dx = true) {
         check(trained_,
               "Lstm::backward needs a training forward() since the last backward() (got none, "
-              "infer(), or a backward() that already used this forward)");
+              "infer(), a backward() that already used this forward, or a forward followed by "
+              "load_parameters() or reset_parameters())");
         check_inputs_unchanged();
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();

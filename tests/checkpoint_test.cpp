@@ -53,9 +53,10 @@ void train(nn::SequenceModel<float>& model, int from, int to) {
     }
 }
 
-std::vector<float> all_params(nn::SequenceModel<float>& model) {
-    std::vector<float> out(model.lstm().parameters().begin(), model.lstm().parameters().end());
-    const Span<const float> dense = std::as_const(model.dense()).parameters();
+template <typename T>
+std::vector<T> all_params(nn::SequenceModel<T>& model) {
+    std::vector<T> out(model.lstm().parameters().begin(), model.lstm().parameters().end());
+    const Span<const T> dense = std::as_const(model.dense()).parameters();
     out.insert(out.end(), dense.data, dense.data + dense.size);
     return out;
 }
@@ -159,6 +160,12 @@ TEST_CASE("a state dict of only lstm.* and fc.* loads the parameters and nothing
     CHECK(all_params(fresh) == all_params(trained));
     CHECK(fresh.optimizer().steps(0) == 0);
     CHECK(fresh.optimizer().steps(1) == 0);
+    // F32 tensors fill a double model exactly, the head as the LSTM (as PyTorch's
+    // load_state_dict copies into a double module).
+    nn::SequenceModel<double> wide(model_config(), "basic", Device::cpu, 5);
+    io::load_model_parameters(state_dict, wide);
+    const std::vector<float> narrow = all_params(trained);
+    CHECK(all_params(wide) == std::vector<double>(narrow.begin(), narrow.end()));
     // A checkpoint is not a state dict of this kind: load_checkpoint needs the optimizer too.
     CHECK_THROWS_WITH(io::load_checkpoint(state_dict, fresh),
                       Contains("not a checkpoint of this library"));

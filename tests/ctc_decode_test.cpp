@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "lstm/nn/predict.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -94,6 +95,13 @@ TEST_CASE("ctc_greedy_decode collapses repeats and drops blanks", "[ctc]") {
     // Ties go to the lowest class index: [0.5, 0.5, 0] decodes as blank 0, then 1 wins.
     const std::vector<double> tie = {0.5, 0.5, 0.0, 0.2, 0.7, 0.7};
     CHECK(ctc_greedy_decode(TensorView<const double>(tie.data(), {2, 1, 3}))[0] == Labels{1});
+    // NaN is the largest score, as torch.argmax has it (and argmax_classes): frames pick 1, 0
+    // and 0, which decode as [1]; a decoder that skipped NaN once returned [2] from these.
+    const float nan = std::nanf("");
+    const std::vector<float> poisoned = {0, nan, 5, nan, 1, 2, nan, nan, nan};
+    const TensorView<const float> poisoned_view(poisoned.data(), {3, 1, 3});
+    CHECK(lstm::nn::argmax_classes(poisoned_view) == std::vector<int64_t>{1, 0, 0});
+    CHECK(ctc_greedy_decode(poisoned_view)[0] == Labels{1});
 }
 
 TEMPLATE_TEST_CASE("ctc_greedy_decode equals the collapse of the most probable path", "[ctc]",
@@ -179,6 +187,12 @@ TEST_CASE("ctc decoding and error rates reject bad arguments", "[ctc]") {
     CHECK_THROWS_WITH(ctc_greedy_decode(view, {}, 3), Contains("blank = 3 is out of range"));
     CHECK_THROWS_WITH(ctc_greedy_decode(TensorView<const float>(scores.data(), {8, 3})),
                       Contains("scores must have rank 3"));
+    // No frames is said as such, not as a length of 0 the caller never passed.
+    CHECK_THROWS_WITH(ctc_greedy_decode(TensorView<const float>(scores.data(), {0, 1, 3})),
+                      Contains("scores must have T >= 1 frames, got shape (0, 1, 3)"));
+    CHECK(ctc_greedy_decode(TensorView<const float>(scores.data(), {0, 0, 3})).empty());
+    CHECK_THROWS_WITH(ctc_greedy_decode(view, Span<const int64_t>(nullptr, 2)),
+                      Contains("input_lengths has no data"));
     CHECK_THROWS_AS(lstm::loss::label_error_rate({{1}}, {{}}), lstm::Error);
     CHECK_THROWS_WITH(lstm::loss::label_error_rate({{1}}, {{}}),
                       Contains("references hold no labels"));

@@ -198,6 +198,15 @@ TEST_CASE("the registry and the layer report unknown names and misuse", "[errors
         CHECK_THROWS_WITH(twice.backward(dyv), Contains("a backward() that already used this"));
         twice.forward(xv);
         CHECK_NOTHROW(twice.backward(dyv));
+        // New weights between forward and backward (a checkpoint loaded) would mix the old
+        // activations with the new weights, as PyTorch refuses after an in-place change.
+        std::vector<float> weights(static_cast<size_t>(param_count(twice.config())), 0.25f);
+        twice.forward(xv);
+        twice.load_parameters(Span<const float>(weights));
+        CHECK_THROWS_WITH(twice.backward(dyv), Contains("followed by load_parameters()"));
+        twice.forward(xv);
+        twice.reset_parameters(7);
+        CHECK_THROWS_WITH(twice.backward(dyv), Contains("or reset_parameters()"));
     }
     // nn.LSTM's own limits on its options, and a variant that lacks one says so by kind.
     Config projected{3, 5, 1, false};

@@ -2,10 +2,13 @@
 // file, nn.LSTM state_dict import/export, and PyTorch-written fixtures (tests/data/) imported and
 // run through the double reference.
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -180,6 +183,85 @@ TEST_CASE("safetensors tensor accessors refuse silent conversions", "[io]") {
     CHECK_THROWS_WITH(file.at("v"), Catch::Contains("no tensor named 'v'; the file has 'w'"));
     CHECK_THROWS_WITH(read_safetensors("no/such/file.safetensors"),
                       Catch::Contains("cannot open 'no/such/file.safetensors'"));
+    CHECK_THROWS_WITH(read_safetensors(std::filesystem::temp_directory_path().string()),
+                      Catch::Contains("is a directory, not a safetensors file"));
+}
+
+TEST_CASE("a save that fails leaves the previous file whole and says why", "[io]") {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("io_test_atomic_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "model.safetensors").string();
+    TensorFile small;
+    small.add(Tensor::from("w", {2}, std::vector<float>{1, 2}));
+    write_safetensors(path, small);
+    TensorFile large;
+    large.add(Tensor::from("w", {1 << 16}, std::vector<float>(1 << 16, 3.0f)));
+
+    // A full disk, stood in for by a file size limit of 8 KiB (SIGXFSZ ignored, so the write
+    // fails with EFBIG instead of killing the process); both restored before any CHECK.
+    rlimit before{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+    rlimit capped = before;
+    capped.rlim_cur = 8192;
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &capped) == 0);
+    std::string message;
+    try {
+        write_safetensors(path, large);
+    } catch (const lstm::Error& e) {
+        message = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, old_handler);
+    CHECK_THAT(message, Catch::StartsWith("error while writing '" + path + "': File too large"));
+    CHECK(read_safetensors(path) == small);
+
+    // A target that cannot be replaced (a directory): refused by name, nothing left behind.
+    const std::string blocked = (dir / "blocked").string();
+    std::filesystem::create_directories(std::filesystem::path(blocked) / "inside");
+    CHECK_THROWS_WITH(write_safetensors(blocked, small),
+                      Catch::StartsWith("cannot replace '" + blocked + "'"));
+    std::vector<std::string> left;
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+        left.push_back(entry.path().filename().string());
+    std::sort(left.begin(), left.end());
+    CHECK(left == std::vector<std::string>{"blocked", "model.safetensors"});
+
+    // Through a link, the linked file is replaced and the link stays.
+    const std::string link = (dir / "latest.safetensors").string();
+    std::filesystem::create_symlink(path, link);
+    write_safetensors(link, large);
+    CHECK(std::filesystem::is_symlink(link));
+    CHECK(read_safetensors(path) == large);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a tensor built by hand must agree with itself before anything reads its bytes", "[io]") {
+    // The fields are public: bytes of another size than the shape and dtype say would be read or
+    // written past their end by values(), serialisation and every import.
+    Tensor short_bytes = Tensor::from("w", {4}, std::vector<float>{1, 2, 3, 4});
+    short_bytes.bytes.resize(4);
+    CHECK_THROWS_WITH(short_bytes.values<float>(),
+                      "tensor 'w': shape (4) of F32 needs 16 bytes, it holds 4");
+    TensorFile file;
+    CHECK_THROWS_WITH(file.add(short_bytes), Catch::Contains("needs 16 bytes, it holds 4"));
+    Tensor long_bytes = short_bytes;
+    long_bytes.bytes.resize(1 << 20);
+    CHECK_THROWS_WITH(file.add(long_bytes), Catch::Contains("it holds 1048576"));
+    CHECK(file.size() == 0);
+
+    // A count past 64 bits is refused, not wrapped into an empty tensor.
+    const int64_t big = int64_t{1} << 40;
+    CHECK_THROWS_WITH(Tensor::from("big", {big, big}, std::vector<float>{}),
+                      "tensor 'big': shape (1099511627776, 1099511627776) has more than "
+                      "2^63 - 1 elements");
+    CHECK_THROWS_WITH(Tensor::from("wide", {int64_t{1} << 62}, static_cast<const double*>(nullptr)),
+                      Catch::Contains("shape (4611686018427387904) of F64 has more than "
+                                      "2^64 - 1 bytes"));
+    Tensor negative = short_bytes;
+    negative.shape = {-4};
+    CHECK_THROWS_WITH(negative.numel(), "tensor 'w': shape (-4) has a negative size");
 }
 
 TEST_CASE("malformed safetensors files each give their specific error", "[io]") {

@@ -241,13 +241,17 @@ TEST_CASE("Sgd set_lr changes the following steps only", "[nn]") {
 }
 
 TEST_CASE("Adam refuses a step past the largest step count", "[nn]") {
-    std::vector<float> params(3, 1.0f), grads(3, 0.5f);
+    std::vector<float> params(3, 1.0f), grads(3, 0.5f), other(2, 1.0f), other_grads(2, 0.5f);
     Adam<float> adam;
+    adam.add(Span<float>(other), Span<const float>(other_grads));
     adam.add(Span<float>(params), Span<const float>(grads));
-    adam.set_steps(0, std::numeric_limits<int64_t>::max());
-    // The count once wrapped to INT64_MIN and wrote NaN into the parameters.
+    adam.set_steps(1, std::numeric_limits<int64_t>::max());
+    // The count once wrapped to INT64_MIN and wrote NaN into the parameters; and the refusal
+    // once came after the buffers before it had been updated (a half-taken step).
     CHECK_THROWS_WITH(adam.step(), Catch::Contains("step count is already"));
     CHECK(params[0] == 1.0f);
+    CHECK(other[0] == 1.0f);
+    CHECK(adam.steps(0) == 0);
     // A negative size was once registered silently by Sgd and reported as out of memory by Adam.
     Sgd<float> sgd(SgdOptions{0.1});
     CHECK_THROWS_WITH(sgd.add(Span<float>(params.data(), -1), Span<const float>(grads.data(), -1)),

@@ -6,6 +6,7 @@
 #include "lstm/nn/schedule.hpp"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -57,4 +58,28 @@ TEST_CASE("learning-rate schedules refuse bad settings, naming them", "[nn][erro
     CHECK_THROWS_WITH((CosineLr{0.1, 0}.lr(0)), Contains("t_max must be >= 1, got 0"));
     CHECK_THROWS_WITH((LinearLr{0.1, 0.0}.lr(0)), Contains("start_factor must be in (0, 1]"));
     CHECK_THROWS_AS((WarmupCosineLr{0.1, -1, 5}.lr(0)), lstm::InvalidArgument);
+    // A negative or NaN rate was once returned as it came.
+    const double nan = std::nan("");
+    CHECK_THROWS_WITH((StepLr{nan, 3}.lr(0)), Contains("StepLr: base_lr must be finite and >= 0"));
+    CHECK_THROWS_WITH((StepLr{-0.1, 3}.lr(0)), Contains("got -0.1"));
+    CHECK_THROWS_WITH((StepLr{0.1, 3, -0.5}.lr(3)), Contains("StepLr: gamma must be finite"));
+    CHECK_THROWS_WITH((CosineLr{0.1, 10, -1.0}.lr(10)), Contains("CosineLr: eta_min must be"));
+    CHECK_THROWS_WITH((CosineLr{0.1, 10, nan}.lr(0)), Contains("eta_min must be finite"));
+    CHECK_THROWS_WITH((LinearLr{-1.0}.lr(0)), Contains("LinearLr: base_lr must be"));
+    // WarmupCosineLr names its own settings, at once, not when a part first uses one.
+    CHECK_THROWS_WITH((WarmupCosineLr{0.1, 5, 0}.lr(0)),
+                      Contains("WarmupCosineLr: t_max must be >= 1, got 0"));
+    CHECK_THROWS_WITH((WarmupCosineLr{0.1, 0, 5, 0.0}.lr(0)),
+                      Contains("WarmupCosineLr: start_factor must be in (0, 1], got 0"));
+}
+
+TEST_CASE("the cosine keeps its phase at any step", "[nn]") {
+    // Whole periods of 2 * t_max steps return to base_lr and odd half-periods reach eta_min,
+    // exactly; pi * s in a double had drifted to 0.0567 instead of 0 at s = 2^63 - 1.
+    const CosineLr one{0.1, 1};
+    CHECK(one.lr(INT64_MAX) == 0.0);
+    CHECK(one.lr(INT64_MAX - 1) == 0.1);
+    const CosineLr six{0.5, 6, 0.01};
+    const int64_t periods = int64_t{1} << 58;
+    for (int64_t s = 0; s < 12; ++s) CHECK(six.lr(periods * 12 + s) == six.lr(s));
 }

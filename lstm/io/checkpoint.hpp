@@ -73,16 +73,27 @@ inline std::string optimizer_name(int64_t k, const char* what) {
     return "optimizer." + std::to_string(k) + "." + what;
 }
 
+// Whether an F32 tensor may fill double parameters (exact), as import_lstm_params allows; a
+// checkpoint's optimizer state is restored in its own dtype only.
+enum class Widening { none, f32_to_f64 };
+
 // Copies tensor `name` of `file` into dst (n elements of T, host): shape and dtype must match.
 template <typename T>
 void copy_tensor(const TensorFile& file, const std::string& name, const std::vector<int64_t>& shape,
-                 T* dst) {
+                 T* dst, Widening widening = Widening::none) {
     const Tensor& t = file.at(name);
-    check(t.dtype == scalar_type_of<T>(), file.source, ": tensor '", name, "' has dtype ",
+    const bool widen =
+        widening == Widening::f32_to_f64 && std::is_same_v<T, double> && t.dtype == ScalarType::f32;
+    check(t.dtype == scalar_type_of<T>() || widen, file.source, ": tensor '", name, "' has dtype ",
           to_string(t.dtype), ", the model needs ", to_string(scalar_type_of<T>()));
     check(t.shape == shape, file.source, ": tensor '", name, "' has shape ", t.shape_string(),
           ", the model needs ", shape_string(shape));
-    if (!t.bytes.empty()) std::memcpy(dst, t.bytes.data(), t.bytes.size());
+    if (widen) {
+        const std::vector<float> narrow = t.values<float>();
+        std::copy(narrow.begin(), narrow.end(), dst);
+    } else if (!t.bytes.empty()) {
+        std::memcpy(dst, t.bytes.data(), t.bytes.size());
+    }
 }
 
 }  // namespace detail
@@ -149,8 +160,8 @@ ModelParameters<T> read_model_parameters(const TensorFile& file, nn::SequenceMod
     ModelParameters<T> p;
     p.lstm = import_lstm_params<T>(file, config, "lstm.");
     p.dense.resize(static_cast<size_t>(dense_parameters(model).numel()));
-    copy_tensor(file, "fc.weight", {out, in}, p.dense.data());
-    if (bias) copy_tensor(file, "fc.bias", {out}, p.dense.data() + out * in);
+    copy_tensor(file, "fc.weight", {out, in}, p.dense.data(), Widening::f32_to_f64);
+    if (bias) copy_tensor(file, "fc.bias", {out}, p.dense.data() + out * in, Widening::f32_to_f64);
     return p;
 }
 

@@ -3,8 +3,12 @@
 
 #include "lstm/io/safetensors.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -255,6 +259,10 @@ TensorFile parse_safetensors(const std::vector<unsigned char>& bytes, const std:
 }
 
 TensorFile read_safetensors(const std::string& path) {
+    // A directory opens as a stream on Linux, and its "size" is not one.
+    std::error_code ec;
+    check(!std::filesystem::is_directory(path, ec), "'", path,
+          "' is a directory, not a safetensors file");
     std::ifstream in(path, std::ios::binary | std::ios::ate);
     check(in.is_open(), "cannot open '", path, "' for reading");
     const std::streamoff size = in.tellg();
@@ -284,11 +292,9 @@ std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
     uint64_t offset = 0;
     for (size_t k : data_order) {
         const Tensor& t = tensors[k];
-        const uint64_t want = static_cast<uint64_t>(t.numel()) * element_size(t.dtype);
-        check(t.bytes.size() == want, "tensor '", t.name, "': ", to_string(t.dtype), " shape ",
-              t.shape_string(), " needs ", want, " bytes, holds ", t.bytes.size());
+        // TensorFile::add checked that the bytes match the shape and dtype.
         begin[k] = offset;
-        offset += want;
+        offset += t.bytes.size();
     }
 
     // Written entry by entry in the tensors' order (names escaped by the JSON library): linear
@@ -322,12 +328,32 @@ std::vector<unsigned char> serialize_safetensors(const TensorFile& file) {
 
 void write_safetensors(const std::string& path, const TensorFile& file) {
     const std::vector<unsigned char> bytes = serialize_safetensors(file);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    check(out.is_open(), "cannot open '", path, "' for writing");
+    // Written beside the target, then renamed over it: a write that fails (a full disk) leaves
+    // the previous file whole, and no reader sees half a file. Through a link, the file it names
+    // is the one replaced.
+    std::error_code ec;
+    std::filesystem::path target(path);
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) {
+        target = std::filesystem::weakly_canonical(path, ec);
+        check(!ec, "cannot resolve the link '", path, "': ", ec.message());
+    }
+    const std::string partial = target.string() + ".partial-" + std::to_string(::getpid());
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    check(out.is_open(), "cannot open '", path, "' for writing: ", std::strerror(errno));
     out.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
     out.close();
-    check(!out.fail(), "error while writing '", path, "'");
+    if (out.fail()) {
+        const int error = errno;
+        std::remove(partial.c_str());
+        fail("error while writing '", path, "': ", std::strerror(error),
+             "; the previous file, if any, is unchanged");
+    }
+    std::filesystem::rename(partial, target, ec);
+    if (ec) {
+        std::remove(partial.c_str());
+        fail("cannot replace '", path, "' with the file written: ", ec.message());
+    }
 }
 
 }  // namespace lstm::io

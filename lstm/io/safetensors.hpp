@@ -104,13 +104,37 @@ struct Tensor {
         return (source.empty() ? "" : source + ": ") + "tensor '" + name + "'";
     }
 
+    // The element count. A negative size, or a count past 2^63 - 1 (a shape set by hand; the
+    // reader checks both), is refused rather than wrapped.
     int64_t numel() const {
+        for (int64_t s : shape)
+            if (s < 0) fail(label(), ": shape ", shape_string(), " has a negative size");
         // A zero anywhere first: (2^40, 2^40, 0) is empty, and its prefix product would overflow.
         for (int64_t s : shape)
             if (s == 0) return 0;
         int64_t n = 1;
-        for (int64_t s : shape) n *= s;
+        for (int64_t s : shape)
+            if (__builtin_mul_overflow(n, s, &n))
+                fail(label(), ": shape ", shape_string(), " has more than 2^63 - 1 elements");
         return n;
+    }
+
+    // numel() * element_size(dtype): the bytes the tensor must hold.
+    uint64_t byte_count() const {
+        uint64_t n = 0;
+        if (__builtin_mul_overflow(static_cast<uint64_t>(numel()), element_size(dtype), &n))
+            fail(label(), ": shape ", shape_string(), " of ", to_string(dtype),
+                 " has more than 2^64 - 1 bytes");
+        return n;
+    }
+
+    // Refuses bytes that are not exactly byte_count(): the fields are public, so a tensor built
+    // by hand can disagree with itself, and every reader of `bytes` trusts its size.
+    void check_bytes() const {
+        const uint64_t want = byte_count();
+        if (bytes.size() != want)
+            fail(label(), ": shape ", shape_string(), " of ", to_string(dtype), " needs ", want,
+                 " bytes, it holds ", bytes.size());
     }
     int rank() const { return static_cast<int>(shape.size()); }
     std::string shape_string() const { return io::shape_string(shape); }
@@ -122,10 +146,9 @@ struct Tensor {
         t.name = std::move(name);
         t.dtype = scalar_type_of<T>();
         t.shape = std::move(shape);
-        for (int64_t s : t.shape)
-            check(s >= 0, "tensor '", t.name, "': shape ", t.shape_string(),
-                  " has a negative size");
-        t.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(T));
+        const uint64_t n = t.byte_count();
+        MemoryRequest().add("bytes", n).check([&] { return "Tensor::from(" + t.label() + ")"; });
+        t.bytes.resize(static_cast<size_t>(n));
         if (!t.bytes.empty()) std::memcpy(t.bytes.data(), values, t.bytes.size());
         return t;
     }
@@ -136,9 +159,6 @@ struct Tensor {
         Tensor sized;
         sized.name = std::move(name);
         sized.shape = std::move(shape);
-        for (int64_t s : sized.shape)
-            check(s >= 0, "tensor '", sized.name, "': shape ", sized.shape_string(),
-                  " has a negative size");
         check(static_cast<int64_t>(values.size()) == sized.numel(), "tensor '", sized.name,
               "': shape ", sized.shape_string(), " has ", sized.numel(), " elements but ",
               values.size(), " values were given");
@@ -150,6 +170,7 @@ struct Tensor {
     std::vector<T> values() const {
         check(dtype == scalar_type_of<T>(), label(), " has dtype ", to_string(dtype), ", expected ",
               to_string(scalar_type_of<T>()));
+        check_bytes();
         std::vector<T> out(static_cast<size_t>(numel()));
         if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
         return out;
@@ -187,8 +208,10 @@ public:
     std::string source = "<memory>";
     std::map<std::string, std::string> metadata;
 
-    // Appends `tensor`; a name that is already present is an error.
+    // Appends `tensor`; a name that is already present, or bytes that disagree with the shape
+    // and dtype, are errors. So every tensor of a file is consistent, and its readers trust it.
     void add(Tensor tensor) {
+        tensor.check_bytes();
         check(tensor.name != kMetadataKey, source, ": '", kMetadataKey,
               "' is reserved for metadata and cannot name a tensor");
         check(index_.count(tensor.name) == 0, source, ": duplicate tensor name '", tensor.name,

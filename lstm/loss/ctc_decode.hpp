@@ -9,16 +9,18 @@
 #include <type_traits>
 #include <vector>
 
+#include "lstm/detail/argmax.hpp"
 #include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::loss {
 
 // Greedy decoding of a time-major batch: for each sample n, the class with the highest score at
-// each frame t < input_lengths[n] (the lowest index on ties), consecutive repeats merged, blanks
-// dropped. scores (T, N, C) host: logits, log-probabilities or probabilities alike, since the
-// argmax is the same; input_lengths (N) each in 1..T, or empty for all T. Frames past a sample's
-// length are never read. Returns N label sequences.
+// each frame t < input_lengths[n] (as torch.argmax: the lowest index on ties, NaN as the
+// largest), consecutive repeats merged, blanks dropped. scores (T, N, C) host: logits,
+// log-probabilities or probabilities alike, since the argmax is the same; input_lengths (N) each
+// in 1..T, or empty for all T. Frames past a sample's length are never read. Returns N label
+// sequences.
 // Throws lstm::Error on a bad shape, length or blank index.
 template <typename T>
 std::vector<std::vector<int64_t>> ctc_greedy_decode(TensorView<const T> scores,
@@ -36,7 +38,11 @@ std::vector<std::vector<int64_t>> ctc_greedy_decode(TensorView<const T> scores,
     check(input_lengths.empty() || input_lengths.size == batch, fn,
           ": input_lengths must have N = ", batch, " elements (or none for all T), got ",
           input_lengths.size);
+    check(steps >= 1 || batch == 0, fn, ": scores must have T >= 1 frames, got shape ",
+          scores.shape_string());
     check(scores.numel() == 0 || scores.data() != nullptr, fn, ": scores has no data");
+    check(input_lengths.empty() || input_lengths.data != nullptr, fn,
+          ": input_lengths has no data");
     std::vector<std::vector<int64_t>> out(batch);
     for (int64_t n = 0; n < batch; ++n) {
         const int64_t length = input_lengths.empty() ? steps : input_lengths[n];
@@ -44,8 +50,8 @@ std::vector<std::vector<int64_t>> ctc_greedy_decode(TensorView<const T> scores,
         check(length <= steps, fn, ": input_lengths[", n, "] = ", length, " exceeds T = ", steps);
         int64_t previous = -1;
         for (int64_t t = 0; t < length; ++t) {
-            const T* row = scores.data() + (t * batch + n) * classes;
-            const int64_t best = std::max_element(row, row + classes) - row;  // first maximum
+            const int64_t best =
+                lstm::detail::argmax_row(scores.data() + (t * batch + n) * classes, classes);
             if (best != blank && best != previous) out[n].push_back(best);
             previous = best;
         }

@@ -236,8 +236,13 @@ public:
         add_target({params.data(), grads.data(), params.numel(), device, context});
     }
 
-    // Updates every registered buffer once from its current gradients.
+    // Updates every registered buffer once from its current gradients; a step count that cannot
+    // grow is refused before any buffer changes.
     void step() {
+        for (const Entry& e : entries_)
+            check(e.steps < std::numeric_limits<int64_t>::max(),
+                  "Adam::step: a buffer's step count is already ", e.steps,
+                  " (set_steps), the largest an int64 holds");
         for (Entry& e : entries_) step_entry(e);
     }
 
@@ -288,9 +293,6 @@ private:
     }
 
     void step_entry(Entry& e) {
-        check(e.steps < std::numeric_limits<int64_t>::max(),
-              "Adam::step: a buffer's step count is already ", e.steps,
-              " (set_steps), the largest an int64 holds");
         e.steps += 1;
         const kernels::AdamCoefficients<T> c = kernels::adam_coefficients<T>(
             options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,

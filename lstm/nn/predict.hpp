@@ -4,18 +4,18 @@
 // accuracy. For CTC heads, lstm/loss/ctc_decode.hpp decodes label sequences and computes the
 // label error rate. Host memory.
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "lstm/detail/argmax.hpp"
 #include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::nn {
 
 // The class with the highest score in each row of `scores` (rank 2 (N, C) or rank 3 (T, N, C),
-// host; logits, log-probabilities or probabilities alike), the lowest index on ties, as
-// torch.argmax(scores, dim=-1).flatten(): N or T * N classes.
+// host; logits, log-probabilities or probabilities alike), the lowest index on ties and NaN as
+// the largest, as torch.argmax(scores, dim=-1).flatten(): N or T * N classes.
 template <typename T>
 std::vector<int64_t> argmax_classes(TensorView<const T> scores) {
     check(scores.rank() == 2 || scores.rank() == 3,
@@ -29,14 +29,9 @@ std::vector<int64_t> argmax_classes(TensorView<const T> scores) {
     check(scores.numel() == 0 || scores.data() != nullptr, "argmax_classes: scores has no data");
     const int64_t rows = scores.numel() / classes;
     std::vector<int64_t> out(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-        const T* row = scores.data() + r * classes;
-        int64_t best = 0;
-        // torch.argmax takes NaN as the largest value: the first NaN wins, and nothing beats it.
-        for (int64_t c = 1; c < classes; ++c)
-            if (row[c] > row[best] || (std::isnan(row[c]) && !std::isnan(row[best]))) best = c;
-        out[static_cast<size_t>(r)] = best;
-    }
+    for (int64_t r = 0; r < rows; ++r)
+        out[static_cast<size_t>(r)] =
+            lstm::detail::argmax_row(scores.data() + r * classes, classes);
     return out;
 }
 

@@ -18,8 +18,23 @@ namespace lstm::nn {
 
 namespace detail {
 
-inline void check_schedule_step(const char* schedule, int64_t step) {
+// The step and the settings every schedule has; each checks its own others. A rate that is
+// negative or NaN would reach the optimizer as one (set_lr refuses it there, far from the cause).
+inline void check_schedule(const char* schedule, int64_t step, double base_lr, double eta_min = 0) {
     check(step >= 0, schedule, "::lr: step must be >= 0, got ", step);
+    check(base_lr >= 0 && std::isfinite(base_lr), schedule,
+          ": base_lr must be finite and >= 0, got ", base_lr);
+    check(eta_min >= 0 && std::isfinite(eta_min), schedule,
+          ": eta_min must be finite and >= 0, got ", eta_min);
+}
+
+inline void check_cosine(const char* schedule, int64_t t_max) {
+    check(t_max >= 1, schedule, ": t_max must be >= 1, got ", t_max);
+}
+
+inline void check_start_factor(const char* schedule, double start_factor) {
+    check(start_factor > 0 && start_factor <= 1, schedule, ": start_factor must be in (0, 1], got ",
+          start_factor);
 }
 
 }  // namespace detail
@@ -31,8 +46,10 @@ struct StepLr {
     double gamma = 0.1;
 
     double lr(int64_t step) const {
-        detail::check_schedule_step("StepLr", step);
+        detail::check_schedule("StepLr", step, base_lr);
         check(step_size >= 1, "StepLr: step_size must be >= 1, got ", step_size);
+        check(gamma >= 0 && std::isfinite(gamma), "StepLr: gamma must be finite and >= 0, got ",
+              gamma);
         return base_lr * std::pow(gamma, static_cast<double>(step / step_size));
     }
 };
@@ -46,11 +63,14 @@ struct CosineLr {
     double eta_min = 0;
 
     double lr(int64_t step) const {
-        detail::check_schedule_step("CosineLr", step);
-        check(t_max >= 1, "CosineLr: t_max must be >= 1, got ", t_max);
+        detail::check_schedule("CosineLr", step, base_lr, eta_min);
+        detail::check_cosine("CosineLr", t_max);
+        // cos(pi s / t_max) from s's whole half-periods and the rest: pi * s in a double loses
+        // the phase once s is large (2^60), where the period keeps it exact.
         const double pi = std::acos(-1.0);
-        const double phase = pi * static_cast<double>(step) / static_cast<double>(t_max);
-        return eta_min + (base_lr - eta_min) * (1 + std::cos(phase)) / 2;
+        const double sign = (step / t_max) % 2 == 0 ? 1.0 : -1.0;
+        const double rest = static_cast<double>(step % t_max) / static_cast<double>(t_max);
+        return eta_min + (base_lr - eta_min) * (1 + sign * std::cos(pi * rest)) / 2;
     }
 };
 
@@ -63,9 +83,8 @@ struct LinearLr {
     int64_t total_iters = 5;
 
     double lr(int64_t step) const {
-        detail::check_schedule_step("LinearLr", step);
-        check(start_factor > 0 && start_factor <= 1,
-              "LinearLr: start_factor must be in (0, 1], got ", start_factor);
+        detail::check_schedule("LinearLr", step, base_lr);
+        detail::check_start_factor("LinearLr", start_factor);
         check(end_factor >= 0 && end_factor <= 1, "LinearLr: end_factor must be in [0, 1], got ",
               end_factor);
         check(total_iters >= 1, "LinearLr: total_iters must be >= 1, got ", total_iters);
@@ -87,8 +106,11 @@ struct WarmupCosineLr {
     double eta_min = 0;
 
     double lr(int64_t step) const {
-        detail::check_schedule_step("WarmupCosineLr", step);
+        // Every setting on every call, under this name: the parts check theirs only when used.
+        detail::check_schedule("WarmupCosineLr", step, base_lr, eta_min);
         check(warmup >= 0, "WarmupCosineLr: warmup must be >= 0, got ", warmup);
+        detail::check_cosine("WarmupCosineLr", t_max);
+        detail::check_start_factor("WarmupCosineLr", start_factor);
         if (step < warmup) return LinearLr{base_lr, start_factor, 1.0, warmup}.lr(step);
         return CosineLr{base_lr, t_max, eta_min}.lr(step - warmup);
     }
