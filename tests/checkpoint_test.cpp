@@ -141,6 +141,21 @@ TEST_CASE("a checkpoint holds PyTorch's names and refuses another model", "[io][
     CHECK_THROWS_WITH(io::load_checkpoint(broken, target),
                       Contains("tensor 'optimizer.1.exp_avg' has shape (2)"));
     CHECK(all_params(target) == target_before);
+    // A negative second moment (NaN in every parameter after the next step) likewise.
+    io::TensorFile negative;
+    negative.metadata = file.metadata;
+    for (const io::Tensor& t : file.tensors()) {
+        if (t.name != "optimizer.0.exp_avg_sq") {
+            negative.add(t);
+            continue;
+        }
+        std::vector<float> v = t.values<float>();
+        v[3] = -0.5f;
+        negative.add(io::Tensor::from(t.name, t.shape, v));
+    }
+    CHECK_THROWS_WITH(io::load_checkpoint(negative, target),
+                      Contains("optimizer.0.exp_avg_sq[3] = -0.5 is negative"));
+    CHECK(all_params(target) == target_before);
     CHECK(all_params(model) == before);
 }
 

@@ -337,6 +337,10 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
     LSTM_CHECK_TOOL_ERROR(with("h0", &f64_h0), 1, "tensor 'h0' has dtype F64, expected F32");
     const Tensor long_len = Tensor::from("lengths", {2}, std::vector<int64_t>{5, 6});
     LSTM_CHECK_TOOL_ERROR(with("", &long_len), 1, "lengths[1] = 6 exceeds T = 5");
+    // The message names the file, as every other complaint about the inputs does.
+    const Tensor negative_len = Tensor::from("lengths", {2}, std::vector<int64_t>{-1, 5});
+    LSTM_CHECK_TOOL_ERROR(with("", &negative_len), 1,
+                          ".safetensors: tensor 'lengths': lengths[0] = -1 must be >= 1");
     const Tensor float_len = Tensor::from("lengths", {2}, std::vector<float>{5, 5});
     LSTM_CHECK_TOOL_ERROR(with("", &float_len), 1, "expected an integer type");
     const Tensor int_x = Tensor::from("x", {5, 2, 3}, std::vector<int32_t>(30, 0));
@@ -443,6 +447,10 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
                           2, "--reduction must be none, sum or mean, got 'avg'");
     LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "1x"}), 2,
                           "--blank must be an integer, got '1x'");
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", " 1"}), 2,
+                          "--blank must be an integer, got ' 1'");
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "-1"}), 2,
+                          "--blank must be >= 0, got -1");
     ToolRun r = invoke({"ctc", "--inputs", inputs});
     CHECK(r.rc == 2);
     LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "fast"}), 2,

@@ -15,6 +15,7 @@
 // keeps (its data order, its own random state) can be added to the same TensorFile under other
 // names before it is written.
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -206,6 +207,14 @@ void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
             moments.emplace_back(static_cast<size_t>(n));
             detail::copy_tensor(file, detail::optimizer_name(k, what), {n}, moments.back().data());
         }
+        // A second moment is a mean of squares; a negative one makes the next step's sqrt NaN in
+        // every parameter it touches. (NaN is let through: a diverged run saves it honestly.)
+        const std::vector<T>& v = moments.back();
+        const auto negative = std::find_if(v.begin(), v.end(), [](T e) { return e < 0; });
+        if (negative != v.end())
+            fail(file.source, ": ", detail::optimizer_name(k, "exp_avg_sq"), "[",
+                 negative - v.begin(), "] = ", *negative,
+                 " is negative; a second moment must be >= 0");
         detail::copy_tensor(file, detail::optimizer_name(k, "step"), {1}, &steps[k]);
         check(steps[k] >= 0, file.source, ": ", detail::optimizer_name(k, "step"), " = ", steps[k],
               " must be >= 0");

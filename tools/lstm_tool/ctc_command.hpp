@@ -3,6 +3,7 @@
 // `lstm_tool ctc`: CTC loss and its gradient (lstm/loss/ctc.hpp, PyTorch's ctc_loss semantics)
 // on the tensors of a safetensors file.
 
+#include <cctype>
 #include <cstdint>
 #include <ostream>
 #include <set>
@@ -171,12 +172,16 @@ inline int ctc_command(const std::vector<std::string>& args, std::ostream& out) 
     if (const auto blank = parsed.value("blank")) {
         size_t used = 0;
         try {
-            req.blank = std::stoll(*blank, &used);
+            // stoll skips leading blanks; the value must be the whole argument.
+            if (!blank->empty() && !std::isspace(static_cast<unsigned char>(blank->front())))
+                req.blank = std::stoll(*blank, &used);
         } catch (const std::exception&) {
             used = 0;
         }
         if (used == 0 || used != blank->size())
             throw UsageError("--blank must be an integer, got '" + *blank + "'");
+        // Its upper bound, C - 1, comes with the inputs; a negative index never fits.
+        if (req.blank < 0) throw UsageError("--blank must be >= 0, got " + *blank);
     }
     const std::string reduction = parsed.value("reduction").value_or("mean");
     if (reduction == "none")

@@ -188,7 +188,11 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     const Device dev = variant.device();
     const Span<const int64_t> lengths_span(lengths.data(), static_cast<int64_t>(lengths.size()));
     // Lengths first, so "lengths[1] = 9 exceeds T = 8" wins over a variant's objection to them.
-    lstm::detail::check_lengths(lengths_span, seq_len, batch);
+    try {
+        lstm::detail::check_lengths(lengths_span, seq_len, batch);
+    } catch (const InvalidArgument& e) {
+        fail(inputs.source, ": tensor 'lengths': ", e.what());  // the file to fix, like the rest
+    }
     variant.require(config, dtype, lstm::detail::has_variable_lengths(lengths_span, seq_len));
 
     const size_t workspace = variant.workspace_bytes(config, dtype, seq_len, batch);
