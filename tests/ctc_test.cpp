@@ -662,6 +662,32 @@ TEST_CASE("ctc_loss rejects bad arguments with lstm::Error naming them", "[ctc]"
     wrong = {};
     wrong.losses = TensorView<float>(losses.data(), {N + 1});
     CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong), Contains("losses must have shape"));
+    // Losses inside the gradient were written over it silently; inside the input they overwrote
+    // what was passed as const. Both are refused before anything is written.
+    wrong.grad_logits = TensorView<float>(g.data(), {T, N, C});
+    wrong.losses = TensorView<float>(g.data() + 1, {N});
+    const std::vector<float> g_before = g;
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong),
+                      Contains("losses must not overlap grad_logits"));
+    CHECK(g == g_before);
+    wrong.grad_logits = {};
+    wrong.losses = TensorView<float>(x.data() + T * N * C - 1, {N});
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, wrong), Contains("losses must not overlap logits"));
+    {
+        CtcArgs<float> lp = make();
+        lp.log_probs = lp.logits;
+        lp.logits = {};
+        CtcOutputs<float> o;
+        o.grad_log_probs = TensorView<float>(g.data(), {T, N, C});
+        o.losses = TensorView<float>(g.data() + T * N * C - 1, {N});
+        CHECK_THROWS_WITH(lstm::loss::ctc_loss(lp, o),
+                          Contains("losses must not overlap grad_log_probs"));
+        o.grad_log_probs = {};
+        o.losses = TensorView<float>(x.data(), {N});
+        CHECK_THROWS_WITH(lstm::loss::ctc_loss(lp, o),
+                          Contains("losses must not overlap log_probs"));
+    }
+    wrong = {};
     a.blank = 5;
     CHECK_THROWS_WITH(lstm::loss::ctc_loss(a, out), Contains("blank = 5 is out of range"));
     a = make();

@@ -27,6 +27,11 @@
 #include "lstm/reference/ctc_reference.hpp"
 #include "test_util.hpp"
 
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/context.hpp"
+#include "lstm/loss/cross_entropy_cuda.hpp"
+#endif
+
 namespace {
 
 namespace kc = lstm::kernels::cuda;
@@ -612,6 +617,21 @@ TEST_CASE("cuda ctc backend: cuDNN only where its restrictions hold", "[cuda_los
                    input_lengths = {4, 4};
                }),
                Contains("sample 0 is infeasible"));
+    // The (T, N, C) descriptors take int strides and at most 2^31 - 1 elements: N * C past it
+    // was cast to a negative stride. Refused before any sample is read, so the lengths of the
+    // N = 2 arrays are never indexed past their end.
+    CHECK_THAT(reason([](P& q) {
+                   q.max_time = 1;
+                   q.batch = (int64_t(1) << 24) + 1;
+                   q.classes = 256;
+               }),
+               Contains("T * N * C = 1 * 16777217 * 256 exceeds 2147483647"));
+    CHECK_THAT(reason([](P& q) {
+                   q.batch = int64_t(1) << 20;
+                   q.classes = 256;
+               }),
+               Contains("T * N * C = 10 * 1048576 * 256 exceeds 2147483647"));
+    CHECK_THAT(reason([](P& q) { q.max_time = int64_t(1) << 62; }), Contains("exceeds 2147483647"));
     // Padded targets are read with their stride.
     std::vector<int64_t> padded = {1, 2, 3, 4, 5, 0};
     auto q = p;
@@ -696,6 +716,70 @@ TEST_CASE("cuda losses: device arguments are checked and named", "[cuda_loss_hos
     CHECK_THROWS_WITH(lstm::loss::ctc_loss(host_args, out),
                       Contains("ctc_loss: targets is on cuda, but targets are read on the host"));
 }
+
+#if LSTM_WITH_CUDA
+// The refusals below come before a call uses its context: zeroed storage of a Context's size
+// stands in for one, so they run without a device. (Were one missed, the test would crash.)
+lstm::cuda::Context& stand_in_context() {
+    alignas(lstm::cuda::Context) static unsigned char storage[sizeof(lstm::cuda::Context)] = {};
+    return *reinterpret_cast<lstm::cuda::Context*>(storage);
+}
+
+TEST_CASE("cuda ctc: losses overlapping the input or the gradient are refused",
+          "[cuda_loss_host]") {
+    using Catch::Contains;
+    using lstm::Device;
+    // Host memory tagged cuda: validation refuses before anything reads or writes it.
+    std::vector<float> x(24, 0.0f), g(24, 0.0f);
+    std::vector<int64_t> input_lengths = {3, 3}, target_lengths = {1, 1}, targets = {1, 2};
+    CtcArgs<float> args;
+    args.logits = TensorView<const float>(x.data(), {3, 2, 4}, Device::cuda);
+    args.targets = TensorView<const int64_t>(targets.data(), {2});
+    args.input_lengths = input_lengths;
+    args.target_lengths = target_lengths;
+    args.context = &stand_in_context();
+    CtcOutputs<float> out;
+    out.grad_logits = TensorView<float>(g.data(), {3, 2, 4}, Device::cuda);
+    out.losses = TensorView<float>(x.data() + 4, {2}, Device::cuda);
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(args, out),
+                      Contains("ctc_loss: losses must not overlap logits"));
+    out.losses = TensorView<float>(g.data() + 4, {2}, Device::cuda);
+    CHECK_THROWS_WITH(lstm::loss::ctc_loss(args, out),
+                      Contains("ctc_loss: losses must not overlap grad_logits"));
+}
+
+TEST_CASE("cuda losses: sizes past the kernels' int32 are refused before any device work",
+          "[cuda_loss_host]") {
+    using Catch::Contains;
+    lstm::cuda::Context& context = stand_in_context();
+    // cross_entropy_frames: a length of 2^31 + 5 was uploaded as int32 and wrapped. The host
+    // entry is called directly: through cross_entropy_frames the T targets would take 16 GiB.
+    const int64_t steps = (int64_t(1) << 31) + 5;
+    const std::vector<int64_t> lengths = {steps};
+    const float* logits = reinterpret_cast<const float*>(uintptr_t(1) << 40);
+    const int64_t* targets = reinterpret_cast<const int64_t*>(uintptr_t(1) << 41);
+    CHECK_THROWS_WITH(lstm::cuda::cross_entropy_rows(context, steps, 1, 1, lengths.data(), logits,
+                                                     targets, 1.0f, nullptr, nullptr),
+                      Contains("cross_entropy_frames: T = 2147483653 frames exceed") &&
+                          Contains("(int32, at most 2147483647)"));
+
+    // ctc: each sample's 2L + 1 states are counted in int32. An empty batch returns before the
+    // context is used, which shows the bound itself passes.
+    std::vector<float> x(1);
+    lstm::kernels::cpu::CtcProblem<float> p;
+    p.max_time = 1;
+    p.batch = 0;
+    p.classes = 2;
+    p.input = x.data();
+    const int64_t most = (int64_t(std::numeric_limits<int32_t>::max()) - 1) / 2;
+    p.max_labels = most;
+    CHECK(std::isnan(lstm::cuda::ctc_loss(context, p, Reduction::mean, CtcBackend::own, nullptr)));
+    p.max_labels = most + 1;
+    CHECK_THROWS_WITH(lstm::cuda::ctc_loss(context, p, Reduction::mean, CtcBackend::own, nullptr),
+                      Contains("ctc_loss: the longest target has 1073741824 labels, more than the "
+                               "cuda kernels count (1073741823"));
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Cross-entropy kernels on the CPU

@@ -620,7 +620,72 @@ TEST_CASE("cuda plan keys and call signatures", "[cuda_host]") {
     CHECK(b0 != b1);
 }
 
+TEST_CASE("cuda loop: sizes past cuBLAS's 32-bit dimensions are named", "[cuda_host]") {
+    const int64_t max = std::numeric_limits<int>::max();
+    for (LoopStyle style : {LoopStyle::basic, LoopStyle::fused}) {
+        INFO("style " << cuda::to_string(style));
+        CHECK_FALSE(cuda::loop_size_problem(Config{3, 5, 2, true}, style, 100, 64));
+        // 4H past INT_MAX though H fits, with a projection keeping everything else small.
+        const Config wide_gates{1, int64_t(1) << 29, 1, false, 1, true};
+        CHECK_THAT(cuda::loop_size_problem(wide_gates, style, 1, 1).value_or(""),
+                   Catch::Contains("gate columns (4 * hidden_size) = 2147483648 exceeds"));
+        CHECK_FALSE(cuda::loop_size_problem(Config{1, max / 4, 1, false, 1, true}, style, 1, 1));
+        CHECK_THAT(cuda::loop_size_problem(Config{max + 1, 1, 1, false}, style, 1, 1).value_or(""),
+                   Catch::Contains("input_size (I) = 2147483648 exceeds"));
+        // Per-step GEMMs have up to N rows.
+        CHECK_THAT(cuda::loop_size_problem(Config{1, 1, 1, false}, style, 1, max + 1).value_or(""),
+                   Catch::Contains("N (GEMM rows per step) = 2147483648 exceeds"));
+    }
+    // fused's GEMMs over all steps have up to T * N rows; basic's never more than N.
+    const Config small{1, 1, 1, false};
+    CHECK_FALSE(
+        cuda::loop_size_problem(small, LoopStyle::basic, int64_t(1) << 16, int64_t(1) << 15));
+    CHECK_THAT(cuda::loop_size_problem(small, LoopStyle::fused, int64_t(1) << 16, int64_t(1) << 15)
+                   .value_or(""),
+               Catch::Contains("T * N = 65536 * 32768 exceeds 2147483647"));
+    CHECK_FALSE(cuda::loop_size_problem(small, LoopStyle::fused, 1, max));
+    // A product past 64 bits is refused, not wrapped into a small one.
+    CHECK(cuda::loop_size_problem(small, LoopStyle::fused, int64_t(1) << 40, int64_t(1) << 30));
+}
+
 #if LSTM_WITH_CUDA
+TEST_CASE("cuda basic and fused refuse sizes cuBLAS cannot take before any device work",
+          "[cuda_host]") {
+    for (const char* name : {"basic", "fused"}) {
+        const Variant& v = find_variant(name, Device::cuda);
+        INFO("variant " << name);
+        // supports() names the config's part, so require() and every entry point refuse it as
+        // Unsupported before the context is looked at (no context is given here).
+        const Config wide_gates{1, int64_t(1) << 29, 1, false, 1, true};
+        CHECK_THAT(v.supports(wide_gates, DType::f32).value_or(""),
+                   Catch::Contains("gate columns (4 * hidden_size) = 2147483648"));
+        float* fake = reinterpret_cast<float*>(uintptr_t(1) << 20);
+        ForwardArgs<float> f;
+        f.x = TensorView<const float>(fake, {1, 1, 1}, Device::cuda);
+        f.params = TensorView<const float>(fake, {param_count(wide_gates)}, Device::cuda);
+        f.y = TensorView<float>(fake, {1, 1, 1}, Device::cuda);
+        CHECK_THROWS_AS(v.forward(wide_gates, f), Unsupported);
+        CHECK_THROWS_WITH(v.forward(wide_gates, f), Catch::Contains("4 * hidden_size"));
+        // (T, N) parts come with the sizing queries, which forward and backward call before
+        // run_forward / run_backward: fused at T * N = 2^31 once failed mid-call, after basic's
+        // N = 2^31 had already queued work.
+        const Config small{1, 1, 1, false};
+        const int64_t T = int64_t(1) << 16, N = int64_t(1) << 15;
+        if (std::string(name) == "fused") {
+            CHECK_THROWS_AS(v.workspace_bytes(small, DType::f32, T, N), Unsupported);
+            CHECK_THROWS_WITH(v.reserve_bytes(small, DType::f64, T, N),
+                              Catch::Contains("variant 'fused' (cuda) cannot run T = 65536, N = "
+                                              "32768: cuBLAS takes 32-bit sizes"));
+        } else {
+            CHECK(v.workspace_bytes(small, DType::f32, T, N) ==
+                  cuda::workspace_size(small, DType::f32, T, N));
+        }
+        CHECK_THROWS_AS(v.workspace_bytes(small, DType::f32, 1, int64_t(1) << 31), Unsupported);
+        CHECK_THROWS_WITH(v.reserve_bytes(small, DType::f32, 1, int64_t(1) << 31),
+                          Catch::Contains("N (GEMM rows per step) = 2147483648"));
+    }
+}
+
 TEST_CASE("cuda basic and fused are registered, sized by the shared carving, need a context",
           "[cuda_host]") {
     const std::vector<const Variant*> on_cuda = variants_on(Device::cuda);

@@ -20,6 +20,11 @@
 #include "lstm/nn/sequence.hpp"
 #include "test_util.hpp"
 
+#if LSTM_WITH_CUDA
+#include "lstm/cuda/context.hpp"
+#include "lstm/nn/dense_cuda.hpp"
+#endif
+
 using namespace lstm;
 using Catch::Contains;
 
@@ -293,3 +298,25 @@ TEST_CASE("cuda_nn: a host model's dense() and optimizer()", "[cuda_nn_host]") {
     CHECK(model.dense().out_features() == 3);
     CHECK(model.optimizer().buffer_count() == 2);
 }
+
+#if LSTM_WITH_CUDA
+TEST_CASE("cuda_nn: DenseCuda refuses sizes past 64 bits before allocating", "[cuda_nn_host]") {
+    // The refusal comes before the context or the device is used: zeroed storage of a Context's
+    // size stands in for one, so no device is needed.
+    alignas(cuda::Context) static unsigned char storage[sizeof(cuda::Context)] = {};
+    cuda::Context& context = *reinterpret_cast<cuda::Context*>(storage);
+    // out * in once wrapped parameter_count() (signed overflow) after the device allocation had
+    // been asked for with the wrapped size.
+    using Dense = nn::DenseCuda<float>;
+    const int64_t big = int64_t(1) << 40;
+    CHECK_THROWS_AS(Dense(big, big, true, context), OutOfMemory);
+    CHECK_THROWS_WITH(Dense(big, big, true, context),
+                      Contains("DenseCuda (in_features 1099511627776, out_features "
+                               "1099511627776): its parameters and gradients need more than "
+                               "2^64 bytes"));
+    CHECK_THROWS_AS(Dense(int64_t(1) << 62, 4, false, context), OutOfMemory);
+    // 2^63 bytes of weight and as many of gradient: each fits in 64 bits, together they do not.
+    CHECK_THROWS_AS(Dense(int64_t(1) << 31, int64_t(1) << 30, false, context), OutOfMemory);
+    CHECK_THROWS_WITH(Dense(0, 4, true, context), Contains("in_features must be >= 1, got 0"));
+}
+#endif

@@ -37,6 +37,17 @@ TEST_CASE("CUDA runtime answers without a device and errors name the device", "[
         REQUIRE_THROWS_WITH(cuda::Context(count), Catch::Contains("does not exist"));
     }
 }
+
+TEST_CASE("CUDA runtime refuses a null pointer before any device call", "[cuda]") {
+    // zero_device once passed null straight to cudaMemsetAsync (copy_bytes already checked).
+    CHECK_THROWS_AS(cuda::zero_device(nullptr, 16), InvalidArgument);
+    CHECK_THROWS_WITH(cuda::zero_device(nullptr, 16),
+                      Catch::Contains("zero_device: null ptr for 16 bytes"));
+    CHECK_NOTHROW(cuda::zero_device(nullptr, 0));  // nothing to zero
+    char c = 0;
+    CHECK_THROWS_WITH(cuda::copy_bytes(nullptr, Device::cuda, &c, Device::cpu, 1),
+                      Catch::Contains("copy_bytes: null dst for 1 bytes"));
+}
 #else
 TEST_CASE("Buffer on device cuda without a CUDA build says so", "[buffer]") {
     REQUIRE_THROWS_WITH(Buffer(Device::cuda, 16), Catch::Contains("LSTM_WITH_CUDA=0"));

@@ -16,6 +16,7 @@
 #include "test_util.hpp"
 
 #if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
+#include "lstm/cuda/context.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variants/cudnn.hpp"
 #endif
@@ -482,6 +483,23 @@ TEST_CASE("cudnn lengths, padded tails and size limits", "[cudnn_host]") {
     REQUIRE(why);
     CHECK(why->find("T = 2147483648 exceeds 2147483647") != std::string::npos);
     CHECK(cuda::cudnn_size_problem(Config{too_big, 5, 1, false}, 1, 1));
+
+    // The states are (L*D, N, width) tensors whose strides were int products: N * S past
+    // INT32_MAX was accepted with every size fitting, and wrapped. c (L*D, N, H) bounds them.
+    const int64_t h = (int64_t(1) << 16) + 1;
+    const Config two_layers{1, h, 2, false};
+    CHECK_FALSE(cuda::cudnn_size_problem(two_layers, 1, 16383));  // 2 * 16383 * h < 2^31
+    const auto states = cuda::cudnn_size_problem(two_layers, 1, 16384);
+    REQUIRE(states);
+    CHECK_THAT(*states, Catch::Contains("the cell state (L*D, N, H) = (2, 16384, 65537) has more "
+                                        "than 2147483647 elements"));
+    CHECK(cuda::cudnn_size_problem(Config{1, h, 1, true}, 1, 16384));  // L*D = 2 by direction
+    CHECK(cuda::cudnn_size_problem(Config{1, h, 2, false}, 1, int64_t(1) << 16));
+    // A product past 64 bits is refused, not wrapped into a small one.
+    const int64_t max = too_big - 1;
+    const Config deep{1, max, 2048, true, 1, true};  // 2^12 cells of H = 2^31 - 1
+    REQUIRE_NOTHROW(deep.validate());
+    CHECK(cuda::cudnn_size_problem(deep, 1, max));
 }
 
 TEST_CASE("cudnn plan keys name everything a plan depends on and reuse their storage",
@@ -536,6 +554,30 @@ TEST_CASE("cudnn variant: registered, answers its capabilities without a device"
     // The registry lists it after every CPU variant.
     const auto& all = variants();
     CHECK(all.back() == &v);
+
+    // Sizes cuDNN cannot take are Unsupported from every entry, before any device is needed:
+    // the sizing queries once threw InvalidArgument where require() threw Unsupported.
+    const Config wide{1, int64_t(1) << 31, 1, false, 1, true};
+    CHECK(v.supports(wide, DType::f32));
+    CHECK_THROWS_AS(v.require(wide, DType::f32, false), Unsupported);
+    CHECK_THROWS_AS(v.workspace_bytes(wide, DType::f32, 1, 1), Unsupported);
+    CHECK_THROWS_WITH(v.reserve_bytes(wide, DType::f32, 1, 1),
+                      Catch::Contains("variant 'cudnn' (cuda) cannot run this config in float32: "
+                                      "cuDNN takes 32-bit sizes; hidden_size = 2147483648"));
+    const Config two_layers{1, (int64_t(1) << 16) + 1, 2, false};
+    CHECK_THROWS_AS(v.workspace_bytes(two_layers, DType::f32, 1, 16384), Unsupported);
+    CHECK_THROWS_WITH(v.reserve_bytes(two_layers, DType::f64, 1, 16384),
+                      Catch::Contains("variant 'cudnn' (cuda) cannot run T = 1, N = 16384: ") &&
+                          Catch::Contains("the cell state (L*D, N, H)"));
+    // The public weight helpers describe the RNN with the same int32 sizes, so they check them
+    // too, before the context is used: zeroed storage of a Context's size stands in for one.
+    alignas(cuda::Context) static unsigned char storage[sizeof(cuda::Context)] = {};
+    cuda::Context& stand_in = *reinterpret_cast<cuda::Context*>(storage);
+    CHECK_THROWS_AS(cuda::cudnn_weight_layout(stand_in, wide, DType::f32), Unsupported);
+    CHECK_THROWS_WITH(cuda::cudnn_pack_weights(stand_in, wide, DType::f32, nullptr, nullptr),
+                      Catch::Contains("cudnn_pack_weights: cuDNN takes 32-bit sizes"));
+    CHECK_THROWS_AS(cuda::cudnn_unpack_weights(stand_in, wide, DType::f32, nullptr, nullptr),
+                    Unsupported);
 
     const Config config{3, 5, 2, true};
     if (!test::gpu_visible()) {

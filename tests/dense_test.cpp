@@ -199,6 +199,23 @@ TEST_CASE("Dense rejects mismatched shapes with messages naming the argument", "
     CHECK_THROWS_WITH(square.forward(TensorView<const float>(xy.data(), {2, 3}),
                                      TensorView<float>(xy.data(), {2, 3})),
                       Catch::Contains("y must not overlap x"));
+    // dx is written by the last GEMM, which reads dy: in place it was corrupted silently (and
+    // over x it overwrote an input passed as const). Refused before anything is written.
+    std::vector<float> both(2 * 3 + 2 * 3, 1.0f);
+    const std::vector<float> grads_before(square.gradients().begin(), square.gradients().end());
+    CHECK_THROWS_WITH(square.backward(TensorView<const float>(xy.data(), {2, 3}),
+                                      TensorView<const float>(both.data(), {2, 3}),
+                                      TensorView<float>(xy.data(), {2, 3})),
+                      Catch::Contains("Dense::backward: dx must not overlap x"));
+    CHECK_THROWS_WITH(square.backward(TensorView<const float>(xy.data(), {2, 3}),
+                                      TensorView<const float>(both.data(), {2, 3}),
+                                      TensorView<float>(both.data() + 5, {2, 3})),
+                      Catch::Contains("Dense::backward: dx must not overlap dy"));
+    CHECK(std::vector<float>(square.gradients().begin(), square.gradients().end()) == grads_before);
+    // Adjacent is not overlapping.
+    CHECK_NOTHROW(square.backward(TensorView<const float>(xy.data(), {2, 3}),
+                                  TensorView<const float>(both.data(), {2, 3}),
+                                  TensorView<float>(both.data() + 6, {2, 3})));
     CHECK_THROWS_AS(Dense<float>(int64_t(1) << 62, 4), lstm::OutOfMemory);
     CHECK_THROWS_AS(Dense<float>(int64_t(1) << 31, int64_t(1) << 31), lstm::OutOfMemory);
 }

@@ -70,6 +70,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 void zero_device(void* ptr, size_t bytes, Context* context) {
     if (bytes == 0) return;
+    check(ptr != nullptr, "zero_device: null ptr for ", bytes, " bytes");
     if (context == nullptr) {
         LSTM_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, nullptr));
         return;

@@ -49,8 +49,14 @@ CeLayout ce_layout(int64_t rows, int64_t batch, bool with_lengths) {
 template <typename T>
 double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const int64_t* lengths,
            const T* logits, const int64_t* targets, T scale, T* losses, T* grad) {
-    check(classes <= std::numeric_limits<int32_t>::max(), "cross_entropy: C = ", classes,
+    constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+    check(classes <= kInt32Max, "cross_entropy: C = ", classes,
           " classes exceed what the cuda kernels index (2^31 - 1)");
+    // The kernels read the lengths as int32, and a length may be as large as T: past INT32_MAX
+    // the upload below would wrap it. (Only cross_entropy_frames passes lengths.)
+    const int64_t steps = lengths != nullptr && batch > 0 ? rows / batch : 0;
+    check(steps <= kInt32Max, "cross_entropy_frames: T = ", steps,
+          " frames exceed what the cuda kernels take as a length (int32, at most ", kInt32Max, ")");
     Context::Impl& impl = context.impl();
     const detail::DeviceGuard on_device(impl.device);
     // A key short enough for std::string's inline buffer: looking it up allocates nothing.

@@ -54,6 +54,7 @@ struct CudnnCtcPlan : Plan {
 
     CudnnCtcPlan(cudnnHandle_t handle, int64_t max_time, int64_t batch, int64_t classes,
                  int64_t max_labels, bool with_grad) {
+        // ctc_cudnn_unsupported bounds T * N * C by INT32_MAX: every size and stride fits an int.
         const int dims[3] = {static_cast<int>(max_time), static_cast<int>(batch),
                              static_cast<int>(classes)};
         const int strides[3] = {static_cast<int>(batch * classes), static_cast<int>(classes), 1};
@@ -81,6 +82,11 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
           " frames and C = ", p.classes, " classes must stay below 2^31 for the cuda kernels");
     check(p.max_time * p.batch <= kInt32Max, "ctc_loss: T * N = ", p.max_time * p.batch,
           " frames exceed the cuda kernels' grid (2^31 - 1 blocks)");
+    // Each sample's labels and its 2L + 1 states are counted in int32 (CtcSample): the longest
+    // target must keep 2L + 1 within it.
+    constexpr int64_t kMaxLabels = (kInt32Max - 1) / 2;
+    check(p.max_labels <= kMaxLabels, "ctc_loss: the longest target has ", p.max_labels,
+          " labels, more than the cuda kernels count (", kMaxLabels, ": 2L + 1 states in int32)");
     check(backend != loss::CtcBackend::automatic, "ctc_loss: the backend must be resolved");
     if (p.batch == 0)
         return reduction == loss::Reduction::mean ? std::numeric_limits<T>::quiet_NaN() : T(0);

@@ -72,6 +72,17 @@ std::string ctc_cudnn_unsupported(const kernels::cpu::CtcProblem<T>& p,
         return why.str();
     }
     if (p.batch == 0) return "the batch is empty";
+    // The probabilities and gradients are described with int sizes and strides, the outer one
+    // N * C: bounding the element count T * N * C by INT32_MAX keeps every stride and every
+    // element's offset within an int.
+    constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+    int64_t elements = 0;
+    if (__builtin_mul_overflow(p.max_time, p.batch, &elements) ||
+        __builtin_mul_overflow(elements, p.classes, &elements) || elements > kMaxElements) {
+        why << "cuDNN's CTC describes (T, N, C) with 32-bit sizes, T * N * C = " << p.max_time
+            << " * " << p.batch << " * " << p.classes << " exceeds " << kMaxElements;
+        return why.str();
+    }
     int64_t start = 0;
     for (int64_t n = 0; n < p.batch; ++n) {
         const int64_t frames = p.input_lengths[n], count = p.target_lengths[n];

@@ -132,6 +132,10 @@ public:
         if (!dx.empty()) check_host(dx, fn, "dx");
         check_data(x, fn, "x");
         check_data(dy, fn, "dy");
+        // dx is written last, by a GEMM that reads dy: overlapping dy would corrupt dx silently,
+        // overlapping x would overwrite an input the caller passed as const.
+        check_apart(dx, x, fn, "x");
+        check_apart(dx, dy, fn, "dy");
         if (rows == 0) return;
         kernels::cpu::gemm<T>(true, false, out_, in_, rows, T(1), dy.data(), out_, x.data(), in_,
                               T(1), grads_.data(), in_);
@@ -157,6 +161,11 @@ private:
     static void check_host(const TensorView<U>& view, const char* fn, const char* name) {
         check(view.device() == Device::cpu, fn, ": ", name, " is on ", to_string(view.device()),
               ", but Dense runs on cpu tensors only so far");
+    }
+    static void check_apart(const TensorView<T>& dx, const TensorView<const T>& input,
+                            const char* fn, const char* name) {
+        check(!lstm::detail::overlaps(dx.data(), dx.numel(), input.data(), input.numel()), fn,
+              ": dx must not overlap ", name);
     }
     template <typename U>
     static void check_data(const TensorView<U>& view, const char* fn, const char* name) {

@@ -10,6 +10,7 @@
 
 #include "lstm/buffer.hpp"
 #include "lstm/error.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::cuda {
@@ -54,6 +55,23 @@ public:
           ones_(Device::cuda) {
         check(in_features >= 1, "DenseCuda: in_features must be >= 1, got ", in_features);
         check(out_features >= 1, "DenseCuda: out_features must be >= 1, got ", out_features);
+        // Parameters and gradients, checked for overflow before either is allocated: a byte
+        // count past 2^64 would wrap parameter_count() into a small or negative size. Device
+        // memory is not compared with the host's (MemoryRequest::check); cudaMalloc's own
+        // failure reports a size that fits in 64 bits but not on the device.
+        const uint64_t weight = MemoryRequest::bytes({out_features, in_features}, sizeof(T));
+        const uint64_t bias_bytes = bias ? MemoryRequest::bytes({out_features}, sizeof(T)) : 0;
+        const uint64_t total = MemoryRequest()
+                                   .add("weight", weight)
+                                   .add("bias", bias_bytes)
+                                   .add("weight gradient", weight)
+                                   .add("bias gradient", bias_bytes)
+                                   .total();
+        if (total == kUnknownMemory)
+            fail_as<OutOfMemory>("DenseCuda (in_features ", in_features, ", out_features ",
+                                 out_features,
+                                 "): its parameters and gradients need more than 2^64 bytes, "
+                                 "more than any device has");
         params_.reserve(bytes_of(parameter_count()));
         grads_.reserve(bytes_of(parameter_count()));
         params_.zero(bytes_of(parameter_count()), context_);
@@ -112,6 +130,9 @@ public:
         check_shape(y, "DenseCuda::forward: y", {rows, out_});
         check_on_device(x, fn, "x");
         check_on_device(y, fn, "y");
+        // y is written (the bias first) while x is still read: in place would be wrong silently.
+        check(!lstm::detail::overlaps(y.data(), y.numel(), x.data(), x.numel()), fn,
+              ": y must not overlap x");
         reserve_rows(rows);
         if (rows == 0) return;
         const T* w = params_.template as<T>();
@@ -133,6 +154,10 @@ public:
         check_on_device(x, fn, "x");
         check_on_device(dy, fn, "dy");
         if (!dx.empty()) check_on_device(dx, fn, "dx");
+        // dx is written last, by a GEMM that reads dy: overlapping dy would corrupt dx silently,
+        // overlapping x would overwrite an input the caller passed as const.
+        check_apart(dx, x, fn, "x");
+        check_apart(dx, dy, fn, "dy");
         reserve_rows(rows);
         if (rows == 0) return;
         T* g = grads_.template as<T>();
@@ -148,6 +173,11 @@ private:
     void check_count(const char* fn, int64_t size) const {
         check(size == parameter_count(), "DenseCuda::", fn, ": the host buffer has ", size,
               " elements, expected parameter_count() = ", parameter_count());
+    }
+    static void check_apart(const TensorView<T>& dx, const TensorView<const T>& input,
+                            const char* fn, const char* name) {
+        check(!lstm::detail::overlaps(dx.data(), dx.numel(), input.data(), input.numel()), fn,
+              ": dx must not overlap ", name);
     }
     template <typename U>
     static void check_on_device(const TensorView<U>& view, const char* fn, const char* name) {

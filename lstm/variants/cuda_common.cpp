@@ -20,7 +20,9 @@ namespace lstm::cuda {
 
 namespace {
 
-// cuBLAS takes int dimensions.
+// cuBLAS takes int dimensions. loop_size_problem (cuda_common.hpp) refuses every size past
+// INT_MAX when the call's buffers are sized, before any device work; this only guards against a
+// GEMM that check misses.
 int to_int(int64_t v, const char* what) {
     check(v <= INT_MAX, "cuBLAS ", what, " = ", v, " exceeds INT_MAX");
     return static_cast<int>(v);

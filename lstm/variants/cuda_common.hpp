@@ -39,6 +39,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -213,6 +215,39 @@ Reserve<T> reserve_in(void* base, const Config& config, int64_t seq_len, int64_t
     lstm::detail::Carver carve =
         lstm::detail::carver_from_boundary<lstm::detail::kDeviceAlignment>(base);
     return carve_reserve<T>(carve, config, seq_len, batch);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Sizes cuBLAS can take
+// ------------------------------------------------------------------------------------------------
+
+// Why the loop cannot run (config, T, N) with cuBLAS's 32-bit GEMM sizes, or nullopt. Every GEMM
+// dimension and leading dimension the loop passes is one of: the input width I, the gate columns
+// 4H, which bound the others (H, P < H, Hs and the layer output width D * Hs with D <= 2), and
+// the rows of a GEMM: at most N per step, or with the fused style up to T * N for the GEMMs over
+// all steps. Checked when sizing the buffers, which Variant::forward / backward do before any
+// device work, so a call is refused whole rather than failing after some of its outputs were
+// written. supports() asks with T = N = 1 for the parts that depend on the config alone.
+inline std::optional<std::string> loop_size_problem(const Config& config, LoopStyle style,
+                                                    int64_t seq_len, int64_t batch) {
+    constexpr int64_t kMax = std::numeric_limits<int>::max();
+    // 4H cannot wrap (Config::validate bounds H by 2^48); T * N is computed with an overflow
+    // check, since a caller may ask with any T and N.
+    int64_t frames = 0;
+    const bool frames_wrap = __builtin_mul_overflow(seq_len, batch, &frames);
+    const std::pair<const char*, int64_t> sizes[] = {
+        {"input_size (I)", config.input_size},
+        {"gate columns (4 * hidden_size)", 4 * config.hidden_size},
+        {"N (GEMM rows per step)", batch}};
+    for (const auto& [name, value] : sizes)
+        if (value > kMax)
+            return std::string("cuBLAS takes 32-bit sizes; ") + name + " = " +
+                   std::to_string(value) + " exceeds " + std::to_string(kMax);
+    if (style == LoopStyle::fused && (frames_wrap || frames > kMax))
+        return "cuBLAS takes 32-bit sizes; fused runs GEMMs over all T * N frames, and T * N = " +
+               std::to_string(seq_len) + " * " + std::to_string(batch) + " exceeds " +
+               std::to_string(kMax);
+    return std::nullopt;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ public:
     Device device() const override { return Device::cuda; }
 
     // Every nn.LSTM option a Variant sees: bias=False skips the bias work, proj_size > 0 adds the
-    // projection GEMM per step (see the top of cuda_common.hpp).
-    std::optional<std::string> supports(const Config&, DType) const override {
-        return std::nullopt;
+    // projection GEMM per step (see the top of cuda_common.hpp). Sizes past cuBLAS's 32-bit
+    // dimensions are refused (loop_size_problem; T and N are checked by the sizing queries).
+    std::optional<std::string> supports(const Config& config, DType) const override {
+        return loop_size_problem(config, Style, 1, 1);
     }
     // The data part leaves every frame's dgates in the reserve; the weights part computes the
     // weight gradients from them (basic: replaying its per-step GEMMs in the order of
@@ -32,12 +33,16 @@ public:
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
 protected:
+    // Variant::forward / backward size both buffers before run_forward / run_backward, so a
+    // (T, N) that cuBLAS cannot take is refused here, before any device work.
     size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
                                int64_t batch) const override {
+        require_sizes(config, seq_len, batch);
         return workspace_size(config, dtype, seq_len, batch);
     }
     size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
                              int64_t batch) const override {
+        require_sizes(config, seq_len, batch);
         return reserve_size(config, dtype, seq_len, batch);
     }
 
@@ -45,6 +50,13 @@ protected:
     void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
     void run_backward(const Config& config, const BackwardArgs<float>& args) const override;
     void run_backward(const Config& config, const BackwardArgs<double>& args) const override;
+
+private:
+    void require_sizes(const Config& config, int64_t seq_len, int64_t batch) const {
+        if (auto why = loop_size_problem(config, Style, seq_len, batch))
+            fail_as<Unsupported>("variant '", name(), "' (cuda) cannot run T = ", seq_len,
+                                 ", N = ", batch, ": ", *why);
+    }
 };
 
 }  // namespace lstm::cuda

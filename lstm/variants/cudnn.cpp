@@ -249,10 +249,12 @@ struct ShapePlan final : Plan {
         // projection.
         const std::pair<TensorDescriptor*, int64_t> states[] = {{&h_desc, config.state_size()},
                                                                 {&c_desc, config.hidden_size}};
+        // cudnn_size_problem, checked when the buffers were sized, bounds L*D * N * H by
+        // INT32_MAX: the products are formed in int64 and fit an int.
         for (const auto& [desc, width] : states) {
             const int dims[3] = {static_cast<int>(config.num_cells()), static_cast<int>(n),
                                  static_cast<int>(width)};
-            const int strides[3] = {dims[1] * dims[2], dims[2], 1};
+            const int strides[3] = {static_cast<int>(n * width), static_cast<int>(width), 1};
             LSTM_CUDNN_CHECK(
                 cudnnSetTensorNdDescriptor(desc->desc, cudnn_type(dtype), 3, dims, strides));
         }
@@ -429,8 +431,11 @@ CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_le
 
     config.validate();
     if (auto why = supports(config, dtype))
-        fail("variant 'cudnn' (cuda) cannot run this config in ", to_string(dtype), ": ", *why);
-    if (auto why = cudnn_size_problem(config, seq_len, batch)) fail("variant 'cudnn': ", *why);
+        fail_as<Unsupported>("variant 'cudnn' (cuda) cannot run this config in ", to_string(dtype),
+                             ": ", *why);
+    if (auto why = cudnn_size_problem(config, seq_len, batch))
+        fail_as<Unsupported>("variant 'cudnn' (cuda) cannot run T = ", seq_len, ", N = ", batch,
+                             ": ", *why);
     check(seq_len >= 1 && batch >= 1, "variant 'cudnn': T and N must be >= 1, got T = ", seq_len,
           ", N = ", batch);
     check(device_count() > 0,
@@ -473,8 +478,19 @@ void CudnnVariant::run_backward(const Config& config, const BackwardArgs<double>
     backward_impl(*this, config, args);
 }
 
-CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DType dtype) {
+namespace {
+
+// The helpers below describe the RNN with cuDNN's int32 sizes, as the variant does after its
+// supports() has checked them.
+void require_cudnn_config(const Config& config, const char* fn) {
     config.validate();
+    if (auto why = cudnn_size_problem(config, 1, 1)) fail_as<Unsupported>(fn, ": ", *why);
+}
+
+}  // namespace
+
+CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DType dtype) {
+    require_cudnn_config(config, "cudnn_weight_layout");
     const detail::DeviceGuard on_device(context);
     const WeightsPlan& w = weights_plan(context.impl(), config, dtype);
     CudnnWeightLayout out;
@@ -487,7 +503,7 @@ CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DT
 
 void cudnn_pack_weights(Context& context, const Config& config, DType dtype, const void* params,
                         void* weight_space) {
-    config.validate();
+    require_cudnn_config(config, "cudnn_pack_weights");
     const detail::DeviceGuard on_device(context);
     Context::Impl& impl = context.impl();
     pack_weights(weights_plan(impl, config, dtype), params, weight_space, impl.stream);
@@ -495,7 +511,7 @@ void cudnn_pack_weights(Context& context, const Config& config, DType dtype, con
 
 void cudnn_unpack_weights(Context& context, const Config& config, DType dtype,
                           const void* weight_space, void* params) {
-    config.validate();
+    require_cudnn_config(config, "cudnn_unpack_weights");
     const detail::DeviceGuard on_device(context);
     Context::Impl& impl = context.impl();
     unpack_weights(weights_plan(impl, config, dtype), weight_space, params, impl.stream);

@@ -351,6 +351,16 @@ inline std::optional<std::string> cudnn_size_problem(const Config& config, int64
         if (s.second > max)
             return std::string("cuDNN takes 32-bit sizes; ") + s.first + " = " +
                    std::to_string(s.second) + " exceeds " + std::to_string(max);
+    // The states are (L*D, N, width) tensors with int sizes and strides, width S for h and
+    // H >= S for c: bounding c's element count by INT32_MAX keeps every stride and offset of
+    // both within an int.
+    int64_t elements = 0;
+    if (__builtin_mul_overflow(config.num_cells(), batch, &elements) ||
+        __builtin_mul_overflow(elements, config.hidden_size, &elements) || elements > max)
+        return "cuDNN takes 32-bit sizes; the cell state (L*D, N, H) = (" +
+               std::to_string(config.num_cells()) + ", " + std::to_string(batch) + ", " +
+               std::to_string(config.hidden_size) + ") has more than " + std::to_string(max) +
+               " elements";
     return std::nullopt;
 }
 
