@@ -5,9 +5,11 @@
 // (lstm/dist/nccl_backend.hpp) device buffers; dist::Communicator picks one by a buffer's device.
 // Every rank must issue the same collectives in the same order, as in MPI and NCCL.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::dist {
@@ -60,6 +62,14 @@ protected:
 
 inline size_t dtype_bytes(DType dtype) {
     return dtype == DType::f32 ? sizeof(float) : sizeof(double);
+}
+
+// Refuses a scale that would turn every rank's sum into NaN or inf (checked in the buffer's
+// precision: 1e300 is finite as a double but inf as a float). `who` names the back-end.
+inline void check_scale(const char* who, double scale, DType dtype) {
+    const bool finite =
+        dtype == DType::f32 ? std::isfinite(static_cast<float>(scale)) : std::isfinite(scale);
+    check(finite, who, ": scale must be finite in ", to_string(dtype), ", got ", scale);
 }
 
 }  // namespace lstm::dist

@@ -11,7 +11,8 @@
 // for CTC (PyTorch's mean divides each sequence's loss by its target length, then averages over
 // sequences), valid frames for ce_every_frame. A rank with w_r items and local mean gradient g_r
 // contributes (w_r / W) g_r, W = sum of w_r, which is exactly the global mean's gradient. W is
-// one tiny allreduce at the start of the step (it also lets a rank hold no sequences).
+// the sum in the handshake at the start of the step (Agreement, below; it also lets a rank
+// hold no sequences).
 //
 // Overlap. The dense gradient is final before the LSTM backward starts (the model's
 // set_dense_gradients_ready hook), so its allreduce starts then and runs during the LSTM backward.
@@ -25,12 +26,18 @@
 // the weighting is the same; what per_layer changes is that a multi-layer stack runs one variant
 // call per layer instead of one for the stack (the same math; the rounding may differ by
 // variant, within the tolerance rule).
+//
+// Agreement. What every rank must pass and call, and how the ranks find out that they do
+// not, is lstm/dist/agreement.hpp.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <vector>
 
+#include "lstm/dist/agreement.hpp"
 #include "lstm/dist/communicator.hpp"
 #include "lstm/error.hpp"
 #include "lstm/layer.hpp"
@@ -44,37 +51,41 @@
 
 namespace lstm::dist {
 
-// Which gradient allreduces run during the backward pass. Every rank must use the same (the
-// collectives must match).
-enum class Overlap {
-    dense_head,  // the dense head's during the LSTM backward; the LSTM's as one after it
-    per_layer,   // also each LSTM layer's, from the top, during the backward of the layers below
-};
-
-inline const char* to_string(Overlap overlap) {
-    return overlap == Overlap::per_layer ? "per_layer" : "dense_head";
-}
-
 template <typename T>
 class DataParallel {
 public:
-    // Broadcasts rank 0's parameters (LSTM and dense) into `model` on every rank (a collective),
-    // so ranks may construct their models from any seed. Every rank must pass a model of the same
-    // config, dtype and device, and the same `overlap`. `model` and `comm` must outlive this
-    // object, which owns the model's gradient hooks while it lives.
+    // Checks that every rank passes the same model config, dtype, device, optimizer options and
+    // `overlap` (else lstm::Error on every rank, naming what differs and where), then broadcasts
+    // rank 0's parameters and optimizer state into `model` on every rank (broadcast_parameters),
+    // so ranks may construct their models from any seed. A collective. `model` and `comm` must
+    // outlive this object, which owns the model's gradient hooks while it lives.
     DataParallel(nn::SequenceModel<T>& model, Communicator& comm,
                  Overlap overlap = Overlap::per_layer)
         : model_(model), comm_(comm), overlap_(overlap) {
         const int64_t layers = model_.lstm().config().num_layers;
-        if (overlap_ == Overlap::per_layer)
-            check(
-                layers + 1 <= Backend::kMaxPending,
-                "DataParallel: Overlap::per_layer keeps one allreduce per LSTM layer and the dense "
-                "head's in flight, at most Backend::kMaxPending = ",
-                Backend::kMaxPending, ", so num_layers must be <= ", Backend::kMaxPending - 1,
-                ", got ", layers, " (use Overlap::dense_head)");
+        std::exception_ptr refused;
+        try {
+            check(overlap_ == Overlap::dense_head || overlap_ == Overlap::per_layer,
+                  "DataParallel: overlap must be Overlap::dense_head or Overlap::per_layer, got "
+                  "Overlap(",
+                  static_cast<int>(overlap_), ")");
+            // The host back-end's slots hold the dense head's allreduce and one per layer; the
+            // loss sum runs after the dense one is waited for, so it never needs another slot.
+            if (overlap_ == Overlap::per_layer)
+                check(layers + 1 <= Backend::kMaxPending,
+                      "DataParallel: Overlap::per_layer keeps one allreduce per LSTM layer and the "
+                      "dense head's in flight, at most Backend::kMaxPending = ",
+                      Backend::kMaxPending, ", so num_layers must be <= ", Backend::kMaxPending - 1,
+                      ", got ", layers, " (use Overlap::dense_head)");
+            comm_.backend_for(model_.device());
+        } catch (const Error&) {
+            refused = std::current_exception();
+        }
+        handshake_.exchange(detail::Call::construct, 0, refused);
+        detail::check_same_model(
+            comm_, detail::describe_model(model_, overlap_, dense_parameters().numel()));
         layer_requests_.resize(static_cast<size_t>(layers));
-        broadcast_parameters();
+        broadcast_state();
         model_.set_dense_gradients_ready([this] {
             if (in_step_) start_dense_allreduce();
         });
@@ -96,7 +107,8 @@ public:
     // host). Returns the global batch-mean loss (before the update), the same on every rank.
     T train_step(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                  Span<const int64_t> target_lengths = {}) {
-        const T loss = compute_gradients(x, lengths, targets, target_lengths);
+        const T loss =
+            step_gradients(detail::Call::train_step, x, lengths, targets, target_lengths);
         model_.optimizer().step();
         return loss;
     }
@@ -104,16 +116,60 @@ public:
     // The model's compute_gradients on this rank's shard, then the gradients (lstm().gradients()
     // and the dense ones, overwritten) replaced by the global batch's on every rank. Returns the
     // global batch-mean loss. A collective: every rank must call it, each with its own shard.
-    // Bad input throws the model's own lstm::Error on the rank that has it, after the first
-    // collective: the other ranks then wait in the next one, so run steps under run_or_abort
-    // (lstm/dist/abort.hpp), which ends the whole job with that message.
+    // A shard DataParallel refuses itself (an empty one with lengths or targets, per-frame
+    // lengths outside 1..T) throws on every rank: its own message on the rank that has it, one
+    // naming that rank on the others. Bad input only the model sees throws the model's
+    // lstm::Error on the rank that has it, after the handshake: the other ranks then wait in the
+    // next collective, so run steps under run_or_abort (lstm/dist/abort.hpp), which ends the
+    // whole job with that message.
     T compute_gradients(TensorView<const T> x, Span<const int64_t> lengths,
                         Span<const int64_t> targets, Span<const int64_t> target_lengths = {}) {
-        const bool empty = x.rank() == 3 && x.size(1) == 0;
-        scalars_[0] = empty ? 0.0 : local_items(x, lengths);
-        comm_.backend_for(Device::cpu).allreduce_sum(scalars_, 1, DType::f64);
-        const double total = scalars_[0];
+        return step_gradients(detail::Call::compute_gradients, x, lengths, targets, target_lengths);
+    }
+
+    // Rank 0's state on every rank, overwritten: the LSTM and dense parameters and the optimizer's
+    // state (Adam's moments and step count per buffer, and the learning rate), i.e. everything a
+    // checkpoint restores except the dropout state, which stays each rank's own. So loading a
+    // checkpoint on rank 0 only and then calling this resumes every rank exactly. A collective.
+    void broadcast_parameters() {
+        handshake_.exchange(detail::Call::broadcast_parameters, 0, nullptr);
+        broadcast_state();
+    }
+
+    // Whether every rank's parameters equal rank 0's bit for bit; the same answer on every rank.
+    // A collective that copies the parameters (allocates): for tests and occasional checks.
+    bool parameters_in_sync() {
+        handshake_.exchange(detail::Call::parameters_in_sync, 0, nullptr);
+        std::vector<T> mine = host_copy(model_.lstm().parameters().view());
+        const std::vector<T> dense = host_copy(dense_parameters());
+        mine.insert(mine.end(), dense.begin(), dense.end());
+        std::vector<T> root = mine;
+        host().broadcast(root.data(), root.size() * sizeof(T), 0);
+        double differs = std::memcmp(root.data(), mine.data(), mine.size() * sizeof(T)) != 0;
+        host().allreduce_sum(&differs, 1, DType::f64);
+        return differs == 0;
+    }
+
+    nn::SequenceModel<T>& model() { return model_; }
+    Communicator& communicator() { return comm_; }
+    Overlap overlap() const { return overlap_; }
+
+private:
+    Backend& host() const { return comm_.backend_for(Device::cpu); }
+
+    // The step shared by train_step and compute_gradients; `call` names it in the handshake.
+    T step_gradients(detail::Call call, TensorView<const T> x, Span<const int64_t> lengths,
+                     Span<const int64_t> targets, Span<const int64_t> target_lengths) {
+        double items = 0;
+        std::exception_ptr refused;
+        try {
+            items = checked_items(x, lengths, targets, target_lengths);
+        } catch (const Error&) {
+            refused = std::current_exception();
+        }
+        const double total = handshake_.exchange(call, items, refused);
         check(total > 0, "DataParallel: the global batch is empty (every rank's x has N = 0)");
+        const bool empty = x.size(1) == 0;  // x has rank 3, or the handshake threw
         double local_loss = 0;
         if (empty) {
             // Nothing to learn from here; this rank adds zeros to the sums.
@@ -122,7 +178,7 @@ public:
             weight_ = 1.0;
             start_dense_allreduce();
         } else {
-            weight_ = local_items(x, lengths) / total;
+            weight_ = items / total;
             // The hooks start reductions only inside this call (a model trained on its own while
             // this object lives starts none).
             in_step_ = true;
@@ -138,44 +194,50 @@ public:
             if (!dense_request_.pending()) start_dense_allreduce();
         }
         start_lstm_allreduces();
-        // The loss sum runs while the gradient reductions are in flight (MPI advances them in
-        // this call too). A rank without items adds 0, never 0 * NaN.
-        scalars_[0] = empty ? 0.0 : weight_ * local_loss;
-        comm_.backend_for(Device::cpu).allreduce_sum(scalars_, 1, DType::f64);
+        // The dense reduction, started first, is done (or nearly) by now; waiting for it frees
+        // its slot, so a back-end whose blocking allreduce takes a slot (Backend's default) has
+        // one for the loss sum even with a layer's allreduce in every other slot.
         comm_.wait(dense_request_);
+        // The loss sum runs while the LSTM's reductions are in flight (MPI advances them in this
+        // call too). A rank without items adds 0, never 0 * NaN.
+        scalars_[0] = empty ? 0.0 : weight_ * local_loss;
+        host().allreduce_sum(scalars_, 1, DType::f64);
         comm_.wait(lstm_request_);
         for (Request& r : layer_requests_) comm_.wait(r);
         return static_cast<T>(scalars_[0]);
     }
 
-    // Rank 0's LSTM and dense parameters on every rank (after loading a checkpoint on rank 0 only,
-    // for instance); overwrites. A collective.
-    void broadcast_parameters() {
-        comm_.broadcast(model_.lstm().parameters().view(), 0);
-        comm_.broadcast(dense_parameters(), 0);
-    }
-
-    // Whether every rank's parameters equal rank 0's bit for bit; the same answer on every rank.
-    // A collective that copies the parameters (allocates): for tests and occasional checks.
-    bool parameters_in_sync() {
-        std::vector<T> mine = host_copy(model_.lstm().parameters().view());
-        const std::vector<T> dense = host_copy(dense_parameters());
-        mine.insert(mine.end(), dense.begin(), dense.end());
-        std::vector<T> root = mine;
-        comm_.backend_for(Device::cpu).broadcast(root.data(), root.size() * sizeof(T), 0);
-        double differs = std::memcmp(root.data(), mine.data(), mine.size() * sizeof(T)) != 0;
-        comm_.backend_for(Device::cpu).allreduce_sum(&differs, 1, DType::f64);
-        return differs == 0;
-    }
-
-    nn::SequenceModel<T>& model() { return model_; }
-    Communicator& communicator() { return comm_; }
-    Overlap overlap() const { return overlap_; }
-
-private:
-    // The number of items this rank's mean loss averages over (see the header comment).
-    double local_items(TensorView<const T> x, Span<const int64_t> lengths) const {
-        if (x.rank() != 3) return 1;  // the model rejects it with its own message
+    // The items this rank's mean loss averages over (see the header comment), 0 for an empty
+    // shard; throws for what DataParallel must refuse before its weights depend on it. x: (T, N,
+    // I) on the host or the model's device (only its shape is read).
+    double checked_items(TensorView<const T> x, Span<const int64_t> lengths,
+                         Span<const int64_t> targets, Span<const int64_t> target_lengths) const {
+        // The model's own message, but on every rank (the handshake carries the refusal).
+        check(x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", x.shape_string());
+        if (x.size(1) == 0) {
+            // The model never sees an empty shard, so its checks are made here: an empty shard
+            // with lengths or targets is a slicing bug, not something to ignore.
+            const int64_t input = model_.lstm().config().input_size;
+            check(x.size(2) == input,
+                  "DataParallel: x has N = 0 sequences on this rank, but its "
+                  "features (x.size(2)) must still be input_size = ",
+                  input, ", got ", x.size(2));
+            check(lengths.empty(),
+                  "DataParallel: x has N = 0 sequences on this rank, so lengths "
+                  "must be empty, got ",
+                  lengths.size, " lengths");
+            check(targets.empty(),
+                  "DataParallel: x has N = 0 sequences on this rank, so targets "
+                  "must be empty, got ",
+                  targets.size, " targets");
+            check(target_lengths.empty(),
+                  "DataParallel: x has N = 0 sequences on this rank, so "
+                  "target_lengths must be empty, got ",
+                  target_lengths.size, " target lengths");
+            return 0;
+        }
+        // The model's message, but here: T = 0 would make a per-frame shard count 0 items.
+        check(x.size(0) >= 1, "x: T (x.size(0)) must be >= 1, got ", x.size(0));
         if (model_.config().head != nn::Head::ce_every_frame) return static_cast<double>(x.size(1));
         if (lengths.empty()) return static_cast<double>(x.size(0) * x.size(1));
         // Checked here, before the sum weights this rank's gradients: a length the model would
@@ -188,6 +250,29 @@ private:
             frames += static_cast<double>(lengths[n]);
         }
         return frames;
+    }
+
+    // Rank 0's parameters, Adam moments (both on the model's device), step counts and lr (host)
+    // on every rank; see broadcast_parameters.
+    void broadcast_state() {
+        comm_.broadcast(model_.lstm().parameters().view(), 0);
+        comm_.broadcast(dense_parameters(), 0);
+        nn::Adam<T>& adam = model_.optimizer();
+        const int64_t buffers = adam.buffer_count();
+        // The step counts, then the lr's bits: one host broadcast.
+        std::vector<int64_t> scalars(static_cast<size_t>(buffers + 1));
+        for (int64_t k = 0; k < buffers; ++k) {
+            comm_.broadcast(adam.exp_avg(k), 0);
+            comm_.broadcast(adam.exp_avg_sq(k), 0);
+            scalars[static_cast<size_t>(k)] = adam.steps(k);
+        }
+        const double lr = adam.options().lr;
+        std::memcpy(&scalars.back(), &lr, sizeof lr);
+        host().broadcast(scalars.data(), scalars.size() * sizeof(int64_t), 0);
+        for (int64_t k = 0; k < buffers; ++k) adam.set_steps(k, scalars[static_cast<size_t>(k)]);
+        double root_lr = 0;
+        std::memcpy(&root_lr, &scalars.back(), sizeof root_lr);
+        adam.set_lr(root_lr);
     }
 
     void start_dense_allreduce() {
@@ -262,7 +347,8 @@ private:
     bool in_step_ = false;  // inside compute_gradients: the hooks may start reductions
     Request dense_request_, lstm_request_;
     std::vector<Request> layer_requests_;  // per_layer: one per LSTM layer, sized once
-    double scalars_[1] = {0};  // host scratch of the small reductions (no allocation per step)
+    detail::Handshake handshake_{comm_};
+    double scalars_[1] = {0};  // host scratch of the loss sum (no allocation per step)
 };
 
 }  // namespace lstm::dist

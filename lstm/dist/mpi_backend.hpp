@@ -19,8 +19,14 @@ namespace lstm::dist {
 class MpiBackend final : public Backend {
 public:
     // Uses `comm` (not duplicated: the caller keeps it alive and ordered). MPI must be initialised
-    // (dist::MpiEnvironment).
+    // and not finalised (dist::MpiEnvironment alive) and `comm` not MPI_COMM_NULL, else
+    // lstm::Error; the collectives refuse to run after MPI_Finalize too.
     explicit MpiBackend(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+        // Checked here because MPI itself would abort the process without a message we control.
+        check_mpi_usable("MpiBackend");
+        check(comm_ != MPI_COMM_NULL,
+              "MpiBackend: comm must be a communicator, got MPI_COMM_NULL (this process is not "
+              "in the group the communicator was made for)");
         call(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         call(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
         requests_.fill(MPI_REQUEST_NULL);
@@ -38,17 +44,21 @@ public:
     int size() const override { return size_; }
     MPI_Comm comm() const { return comm_; }
 
-    // data: host, `count` elements of dtype, scaled in place by `scale` first, then summed in
-    // place across ranks.
+    // data: host, `count` elements of dtype, scaled in place by `scale` (finite) first, then
+    // summed in place across ranks.
     Request start_allreduce_sum(void* data, int64_t count, DType dtype, double scale) override {
+        // Everything that can refuse comes before the buffer is scaled: a refused call leaves the
+        // caller's data as it was.
+        check_mpi_usable("MpiBackend::start_allreduce_sum");
         check_count(count);
+        check_scale("MpiBackend::start_allreduce_sum", scale, dtype);
+        const int slot = free_slot();
         if (scale != 1.0) {
             if (dtype == DType::f32)
                 scale_host(static_cast<float*>(data), count, static_cast<float>(scale));
             else
                 scale_host(static_cast<double*>(data), count, scale);
         }
-        const int slot = free_slot();
         call(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(dtype), MPI_SUM,
                             comm_, &requests_[static_cast<size_t>(slot)]),
              "MPI_Iallreduce");
@@ -67,6 +77,7 @@ public:
             Request r = start_allreduce_sum(data, count, dtype, scale);
             return wait(r);
         }
+        check_mpi_usable("MpiBackend::allreduce_sum");
         check_count(count);
         call(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(dtype), MPI_SUM,
                            comm_),
@@ -74,6 +85,7 @@ public:
     }
     // data: host, `bytes`, overwritten with root's.
     void broadcast(void* data, size_t bytes, int root) override {
+        check_mpi_usable("MpiBackend::broadcast");
         check(root >= 0 && root < size_, "MpiBackend::broadcast: root must be in [0, ", size_,
               "), got ", root);
         check(bytes <= static_cast<size_t>(INT_MAX),
@@ -93,6 +105,16 @@ private:
         int length = 0;
         MPI_Error_string(status, text, &length);
         fail_as<BackendError>(what, " failed: ", text);
+    }
+    // MPI calls before MPI_Init or after MPI_Finalize end the process inside MPI; both queries
+    // are allowed at any time.
+    static void check_mpi_usable(const char* who) {
+        int initialized = 0, finalized = 0;
+        MPI_Initialized(&initialized);
+        MPI_Finalized(&finalized);
+        check(initialized && !finalized, who, ": MPI must be initialised and not yet finalised ",
+              "(construct a dist::MpiEnvironment first and keep it alive), but it is ",
+              finalized ? "already finalised" : "not initialised");
     }
     static void check_count(int64_t count) {
         check(count >= 0 && count <= INT_MAX, "MpiBackend: count must be in [0, ", INT_MAX,

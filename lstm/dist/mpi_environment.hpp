@@ -14,6 +14,13 @@ public:
     // argc/argv may be null (MPI-2 allows it). Only the main thread makes MPI calls in lstm::dist,
     // so MPI_THREAD_FUNNELED suffices while OpenMP teams compute.
     MpiEnvironment(int* argc = nullptr, char*** argv = nullptr) {
+        // MPI cannot be initialised a second time once finalised (MPI_Init would abort).
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        check(!finalized,
+              "MpiEnvironment: MPI has already been finalised in this process (an earlier "
+              "MpiEnvironment ended); MPI can be initialised only once per process, so keep one "
+              "MpiEnvironment for the whole program");
         int initialized = 0;
         MPI_Initialized(&initialized);
         if (initialized) return;

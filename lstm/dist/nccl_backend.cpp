@@ -92,6 +92,7 @@ int NcclBackend::size() const { return impl_->size; }
 
 Request NcclBackend::start_allreduce_sum(void* data, int64_t count, DType dtype, double scale) {
     check(count >= 0, "NcclBackend: count must be >= 0, got ", count);
+    check_scale("NcclBackend::start_allreduce_sum", scale, dtype);
     Impl& m = *impl_;
     const int slot = m.free_slot();
     m.after_main();

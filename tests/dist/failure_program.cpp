@@ -5,8 +5,11 @@
 //   kill   rank 1 is killed (SIGKILL) while rank 0 waits in the gradient allreduce
 //   exit   rank 1 exits (status 0) without finalising MPI while rank 0 waits
 //   ok     nothing goes wrong: the job exits 0 (the scripts' control case)
+// and one that is no training run: "lifecycle" uses MPI before MpiEnvironment initialises it and
+// after it finalised it, prints each lstm::Error (once MPI's own abort) and exits 1.
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -18,7 +21,35 @@
 
 using namespace lstm;
 
+namespace {
+
+// Runs fn() and prints its lstm::Error as "lifecycle: <message>".
+template <typename Fn>
+void print_error(Fn&& fn) {
+    try {
+        fn();
+        std::printf("lifecycle: no error\n");
+    } catch (const Error& e) {
+        std::printf("lifecycle: %s\n", e.what());
+    }
+    std::fflush(stdout);
+}
+
+int lifecycle(int argc, char** argv) {
+    print_error([] { dist::MpiBackend early; });
+    auto* mpi = new dist::MpiEnvironment(&argc, &argv);
+    dist::MpiBackend host;
+    delete mpi;  // MPI_Finalize
+    std::vector<float> v(4, 1.0f);
+    print_error([&] { host.allreduce_sum(v.data(), 4, DType::f32); });
+    print_error([&] { dist::MpiEnvironment again(&argc, &argv); });
+    return 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "lifecycle") return lifecycle(argc, argv);
     dist::MpiEnvironment mpi(&argc, &argv);
     dist::MpiBackend host;
     dist::Communicator comm(host);
