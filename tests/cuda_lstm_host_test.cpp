@@ -545,7 +545,8 @@ TEST_CASE("cuda graph schedule: eager first, capture on the repeat, replay after
 }
 
 #if LSTM_WITH_CUDA
-TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default", "[cuda_host]") {
+TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default, other values are refused",
+          "[cuda_host]") {
     const char* saved = std::getenv("LSTM_CUDA_GRAPHS");
     const std::string restore = saved ? saved : "";
     unsetenv("LSTM_CUDA_GRAPHS");
@@ -554,6 +555,9 @@ TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default", "[cuda_ho
     CHECK_FALSE(cuda::graphs_enabled_by_default());
     setenv("LSTM_CUDA_GRAPHS", "1", 1);
     CHECK(cuda::graphs_enabled_by_default());
+    // A typo once left graphs on silently.
+    setenv("LSTM_CUDA_GRAPHS", "off", 1);
+    CHECK_THROWS_WITH(cuda::graphs_enabled_by_default(), "LSTM_CUDA_GRAPHS = 'off' is not 0 or 1");
     if (saved)
         setenv("LSTM_CUDA_GRAPHS", restore.c_str(), 1);
     else

@@ -11,7 +11,10 @@ namespace lstm::cuda {
 
 bool graphs_enabled_by_default() {
     const char* value = std::getenv("LSTM_CUDA_GRAPHS");
-    return value == nullptr || std::strcmp(value, "0") != 0;
+    if (value == nullptr || *value == '\0' || std::strcmp(value, "1") == 0) return true;
+    if (std::strcmp(value, "0") == 0) return false;
+    // A typo ("off", "false") would otherwise leave graphs on without a word.
+    fail("LSTM_CUDA_GRAPHS = '", value, "' is not 0 or 1");
 }
 
 Context::Impl::Impl(int device_index) : device(device_index), graphs(graphs_enabled_by_default()) {

@@ -47,7 +47,8 @@ private:
 };
 
 // What graphs_enabled() of a Context constructed now starts as: false when the environment
-// variable LSTM_CUDA_GRAPHS is "0", true otherwise. Needs no device.
+// variable LSTM_CUDA_GRAPHS is "0", true when it is "1", empty or unset; any other value is an
+// lstm::InvalidArgument. Needs no device.
 bool graphs_enabled_by_default();
 
 }  // namespace lstm::cuda
