@@ -110,8 +110,9 @@ inline std::string isa_cap_note() {
 // the caller's setting after. Gradients that decay through a long sequence (a loss on the last
 // step only) sink into the denormal range, where x86 takes a microcode assist on every
 // arithmetic instruction that touches one: on Braun's CE-long backward that is several times
-// the whole step. Values below 1.2e-38 (float) become zero, as TensorFlow's CPU kernels do by
-// default. No-op where the MXCSR register does not exist.
+// the whole step. Values below 1.2e-38 in float and 2.2e-308 in double (MXCSR rules both)
+// become zero, as TensorFlow's CPU kernels do by default. No-op where the MXCSR register does
+// not exist.
 class ScopedFlushDenormals {
 public:
 #if LSTM_HAVE_MXCSR

@@ -608,7 +608,7 @@ public:
         return std::string(
             "oneDNN's LSTM primitive runs every sequence for all T steps (it has no sequence "
             "lengths), so hn/cn and the reverse direction would be wrong for shorter sequences; "
-            "pass equal lengths or use 'basic', 'fused' or 'cudnn'");
+            "pass no lengths (or every length equal to T) or use 'basic', 'fused' or 'cudnn'");
     }
     std::optional<std::string> supports_split_backward() const override {
         return std::string(
