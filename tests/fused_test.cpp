@@ -3,14 +3,15 @@
 // forward, mixing paths between forward and backward, thread-count invariance of the SIMD paths
 // (each with and without a projection), projections and bias=False on every path,
 // every Highway target of kernels/cpu/fused_simd.hpp (not only the AVX2 one the avx2 path runs),
-// the packed weight layouts, the vector gate math against kernels/common/gates.hpp, and the
-// instruction-set switch itself.
+// the packed weight layouts, the vector gate math against kernels/common/gates.hpp, the
+// instruction-set switch itself, and that its denormal flushing stays inside its team.
 
 #include "lstm/variants/fused.hpp"
 
 #include <omp.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -23,10 +24,12 @@
 
 #include "kernels/common/gates.hpp"
 #include "kernels/cpu/avx512_gemm.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/team.hpp"
 #include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/layer.hpp"
 #include "tolerance.hpp"
 #include "variant_runner.hpp"
 
@@ -723,3 +726,50 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
     if (!cpu::fused_isa_available(FusedIsa::avx2))
         CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx2), Contains("no AVX2 with FMA"));
 }
+
+#if LSTM_HAVE_MXCSR
+TEST_CASE("fused: denormals flush inside its team only, every thread's MXCSR as it was",
+          "[fused]") {
+    // fused sets flush-to-zero and denormals-are-zero on its team (long sequences' decaying
+    // gradients made every instruction touching a denormal take a microcode assist) and must
+    // restore them: a leaked FTZ would change the caller's own arithmetic, on its thread or on
+    // the OpenMP pool's threads its next parallel region runs on.
+    // The mode bits (FTZ, DAZ, rounding, exception masks); the low six are sticky status flags
+    // that any arithmetic on denormals raises, basic's included.
+    auto mode = [] { return _mm_getcsr() & ~0x3Fu; };
+    auto pool_mxcsr = [&mode] {
+        std::vector<unsigned> csr(static_cast<size_t>(omp_get_max_threads()), 0);
+#pragma omp parallel
+        csr[static_cast<size_t>(omp_get_thread_num())] = mode();
+        return csr;
+    };
+    const unsigned caller = mode();
+    const std::vector<unsigned> pool = pool_mxcsr();
+    Config config{3, 8, 1, false};
+    config.bias = false;  // with h0 = c0 = 0 and a denormal x, every gate input is denormal
+    const int64_t steps = 4, batch = 2;
+    const std::vector<float> x(static_cast<size_t>(steps * batch * 3), 1e-40f);
+    const TensorView<const float> xv(x.data(), {steps, batch, 3});
+    const std::vector<float> dy(static_cast<size_t>(steps * batch * 8), 1.0f);
+    Lstm basic(config, "basic");
+    basic.reset_parameters(5);
+    const TensorView<const float> reference = basic.forward(xv);
+    float largest = 0;
+    for (int64_t k = 0; k < reference.numel(); ++k)
+        largest = std::max(largest, std::abs(reference.data()[k]));
+    // basic keeps them, as PyTorch does.
+    REQUIRE(largest > 0);
+    REQUIRE(largest < std::numeric_limits<float>::min());
+    for (FusedIsa isa : available_isas()) {
+        INFO(cpu::fused_isa_name(isa));
+        const IsaScope scope(isa);
+        Lstm fused(config, "fused");
+        fused.reset_parameters(5);
+        const TensorView<const float> y = fused.forward(xv);
+        for (int64_t k = 0; k < y.numel(); ++k) CHECK(y.data()[k] == 0.0f);
+        fused.backward(TensorView<const float>(dy.data(), {steps, batch, 8}));
+        CHECK(mode() == caller);
+        CHECK(pool_mxcsr() == pool);
+    }
+}
+#endif
