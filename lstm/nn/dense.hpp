@@ -162,6 +162,7 @@ private:
         check(view.device() == Device::cpu, fn, ": ", name, " is on ", to_string(view.device()),
               ", but Dense runs on cpu tensors only so far");
     }
+    // Refuses dx (rows, in) overlapping `input` (x or dy, host; compared as address ranges).
     static void check_apart(const TensorView<T>& dx, const TensorView<const T>& input,
                             const char* fn, const char* name) {
         check(!lstm::detail::overlaps(dx.data(), dx.numel(), input.data(), input.numel()), fn,

@@ -174,6 +174,7 @@ private:
         check(size == parameter_count(), "DenseCuda::", fn, ": the host buffer has ", size,
               " elements, expected parameter_count() = ", parameter_count());
     }
+    // Refuses dx (rows, in) overlapping `input` (x or dy, device; compared as address ranges).
     static void check_apart(const TensorView<T>& dx, const TensorView<const T>& input,
                             const char* fn, const char* name) {
         check(!lstm::detail::overlaps(dx.data(), dx.numel(), input.data(), input.numel()), fn,
