@@ -218,21 +218,14 @@ private:
             // The model never sees an empty shard, so its checks are made here: an empty shard
             // with lengths or targets is a slicing bug, not something to ignore.
             const int64_t input = model_.lstm().config().input_size;
-            check(x.size(2) == input,
-                  "DataParallel: x has N = 0 sequences on this rank, but its "
-                  "features (x.size(2)) must still be input_size = ",
-                  input, ", got ", x.size(2));
-            check(lengths.empty(),
-                  "DataParallel: x has N = 0 sequences on this rank, so lengths "
-                  "must be empty, got ",
-                  lengths.size, " lengths");
-            check(targets.empty(),
-                  "DataParallel: x has N = 0 sequences on this rank, so targets "
-                  "must be empty, got ",
-                  targets.size, " targets");
-            check(target_lengths.empty(),
-                  "DataParallel: x has N = 0 sequences on this rank, so "
-                  "target_lengths must be empty, got ",
+            constexpr const char* kEmpty = "DataParallel: x has N = 0 sequences on this rank, ";
+            check(x.size(2) == input, kEmpty, "but its features (x.size(2)) must still be ",
+                  "input_size = ", input, ", got ", x.size(2));
+            check(lengths.empty(), kEmpty, "so lengths must be empty, got ", lengths.size,
+                  " lengths");
+            check(targets.empty(), kEmpty, "so targets must be empty, got ", targets.size,
+                  " targets");
+            check(target_lengths.empty(), kEmpty, "so target_lengths must be empty, got ",
                   target_lengths.size, " target lengths");
             return 0;
         }

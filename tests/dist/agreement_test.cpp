@@ -132,17 +132,14 @@ TEST_CASE("ranks that build different models get an error naming the difference 
     nn::ModelConfig hidden = mc;
     hidden.lstm.hidden_size = one ? 5 : 4;  // a larger and, below, a smaller LSTM on rank 1
     expect(construct<float>(hidden, dist::Overlap::per_layer),
-           "lstm.hidden_size = 5 where rank 0 "
-           "has 4");
+           "lstm.hidden_size = 5 where rank 0 has 4");
     hidden.lstm.hidden_size = one ? 3 : 4;
     expect(construct<float>(hidden, dist::Overlap::per_layer),
-           "lstm.hidden_size = 3 where rank 0 "
-           "has 4");
+           "lstm.hidden_size = 3 where rank 0 has 4");
     nn::ModelConfig layers = mc;
     layers.lstm.num_layers = one ? 3 : 2;
     expect(construct<float>(layers, dist::Overlap::per_layer),
-           "lstm.num_layers = 3 where rank 0 "
-           "has 2");
+           "lstm.num_layers = 3 where rank 0 has 2");
     nn::ModelConfig classes = mc;
     classes.classes = one ? 4 : 3;
     expect(construct<float>(classes, dist::Overlap::per_layer), "classes = 4 where rank 0 has 3");
@@ -390,6 +387,6 @@ TEST_CASE(
     CHECK(v == std::vector<float>(4, 1.0f));
 
     CHECK(error_of([] { dist::MpiBackend none(MPI_COMM_NULL); }) ==
-          "MpiBackend: comm must be a communicator, got MPI_COMM_NULL (this process is not in "
-          "the group the communicator was made for)");
+          "MpiBackend: comm must be a communicator, got MPI_COMM_NULL (this process is not in the "
+          "group the communicator was made for)");
 }
