@@ -364,6 +364,52 @@ TEMPLATE_TEST_CASE("ctc_loss stays exact and finite on extreme logits", "[ctc]",
     }
 }
 
+TEMPLATE_TEST_CASE("ctc in double at inputs of 1e20 to 1e300: the loss exact, the gradient bounded",
+                   "[ctc]", LSTM_SIMD_LEVELS) {
+    LSTM_ON_SIMD_LEVEL(TestType);
+    // At such scales softmax is one-hot and the best alignment takes the whole posterior, which
+    // the enumeration finds exactly. The posterior exp(alpha + beta - loglik) cancels numbers
+    // whose spacing is far above 1 there: a rounding of its argument above 0 once carried the
+    // exponential past its exponent field (a gradient entry of -4.5e57 at 1e30). Now every entry
+    // stays a difference of probabilities (logits: [-1, 1]; log-probs: [-1, 0]), and those
+    // frames give the enumeration's gradient exactly; elsewhere at these scales a frame's
+    // posterior can still round away (docs/ctc.md), so only the bounds are checked there.
+    // Rows (6, 4) in units of the scale: random ones, and the frames that gave -4.5e57 at 1e30.
+    const std::vector<double> found = {-0.7686, 1.9999,  -0.8406, -0.6692, -2.0436, 1.3521,
+                                       -2.9956, -2.3462, -0.639,  0.7387,  -0.072,  0.689,
+                                       2.4257,  -0.8275, 1.9692,  1.4654,  -0.9815, 0.4941,
+                                       1.2398,  -0.2993, -0.9244, -0.9611, -0.3117, -1.1105};
+    uint64_t seed = 900;
+    for (const double scale : {1e20, 1e30, 1e100, 1e300}) {
+        for (const std::vector<int64_t>& labels : {std::vector<int64_t>{3, 3}, {1, 2}}) {
+            for (const bool logits : {true, false}) {
+                INFO("scale " << scale << " labels " << labels.size() << " "
+                              << (logits ? "logits" : "log_probs"));
+                const bool is_found = scale == 1e30 && labels[0] == 3;
+                std::vector<double> rows =
+                    is_found ? found : lstm::test::random_vector<double>(6 * 4, ++seed, -2.5, 2.5);
+                for (double& v : rows) v *= scale;
+                CtcReferenceCase c = single(rows, 4, labels, logits);
+                const std::vector<double> lp = lstm::reference::log_softmax_rows(rows, 4);
+                if (!logits) c.input = lp;
+                const BruteForce want = brute_force(lp, 6, 4, labels, 0);
+                REQUIRE(std::isfinite(want.loss));
+                const Run<double> got = run_ctc<double>(c);
+                CHECK(got.loss == Approx(want.loss).epsilon(1e-15));
+                for (double g : got.grad) {
+                    CHECK(g >= -1.0);
+                    CHECK(g <= (logits ? 1.0 : 0.0));
+                }
+                if (!is_found) continue;
+                std::vector<double> want_grad = want.grad_log_probs;
+                if (logits)
+                    for (size_t i = 0; i < lp.size(); ++i) want_grad[i] += std::exp(lp[i]);
+                LSTM_CHECK_CLOSE(lstm::test::compare("kernel grad", got.grad, want_grad, 0, 0));
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structural properties
 // ---------------------------------------------------------------------------------------------

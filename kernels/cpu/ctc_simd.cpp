@@ -138,8 +138,11 @@ namespace layout = ctc_layout;
 using Df = hn::CappedTag<double, layout::kSlack>;
 using D1 = hn::CappedTag<double, 1>;
 
-// e^x for x <= 1 with relative error below 5e-16; exactly 0 for x <= -700 (also for -inf),
-// which flushes only values below 1e-304. Callers pass differences to a maximum, so x <= ~0.
+// e^min(x, 0) with relative error below 5e-16; exactly 0 for x <= -700 (also for -inf), which
+// flushes only values below 1e-304. Callers pass differences to a maximum (a log-sum, or a
+// log-likelihood that bounds a posterior), so x <= 0 but for rounding; the clamp keeps that
+// rounding from giving a probability above 1, and a large positive x (cancellation between
+// inputs near 1e30) from carrying n past the exponent field (it once gave -4.5e57).
 // x = n ln2 + r with |r| <= ln2 / 2 (ln2 split so that n * ln2_hi is exact), n read from the low
 // mantissa bits of x * log2(e) + 1.5 * 2^52 and added straight into the exponent field, e^r by a
 // degree-10 polynomial: the Chebyshev fit of e^r on [-ln2/2, ln2/2] (mpmath.chebyfit, fit error
@@ -149,7 +152,7 @@ HWY_INLINE hn::Vec<D> exp_nonpositive(D d, hn::Vec<D> x) {
     const hn::RebindToUnsigned<D> du;
     const auto floor = hn::Set(d, -700.0);
     const auto in_range = hn::Gt(x, floor);
-    const auto clamped = hn::IfThenElse(in_range, x, floor);
+    const auto clamped = hn::Min(hn::IfThenElse(in_range, x, floor), hn::Zero(d));
     const auto shifter = hn::Set(d, 6755399441055744.0);  // 1.5 * 2^52
     const auto shifted = hn::MulAdd(clamped, hn::Set(d, 1.4426950408889634), shifter);
     const auto n = hn::Sub(shifted, shifter);
