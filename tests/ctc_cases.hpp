@@ -457,4 +457,101 @@ inline CtcReferenceCase braun_case(bool equal_lengths = false) {
     return random_case(T, input_lengths, std::vector<int64_t>(N, L), C, 0, 42, 1.0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Brute force: every path of length T over C classes, the oracle for small cases
+// ---------------------------------------------------------------------------------------------
+
+struct BruteForce {
+    double loss = 0;
+    std::vector<double> grad_log_probs;  // -posterior
+    int64_t alignments = 0;              // paths that collapse to the labels
+};
+
+inline BruteForce brute_force(const std::vector<double>& log_probs, int64_t frames, int64_t classes,
+                              const std::vector<int64_t>& labels, int64_t blank) {
+    std::vector<int64_t> path(frames, 0);
+    std::vector<std::vector<int64_t>> valid_paths;
+    std::vector<double> scores;
+    while (true) {
+        std::vector<int64_t> collapsed;
+        for (int64_t t = 0; t < frames; ++t) {
+            if (path[t] == blank || (t > 0 && path[t] == path[t - 1])) continue;
+            collapsed.push_back(path[t]);
+        }
+        if (collapsed == labels) {
+            double score = 0;
+            for (int64_t t = 0; t < frames; ++t) score += log_probs[t * classes + path[t]];
+            valid_paths.push_back(path);
+            scores.push_back(score);
+        }
+        int64_t t = 0;
+        while (t < frames && ++path[t] == classes) path[t++] = 0;
+        if (t == frames) break;
+    }
+    BruteForce out;
+    out.alignments = static_cast<int64_t>(valid_paths.size());
+    out.grad_log_probs.assign(frames * classes, 0.0);
+    double max = -kInf;
+    for (double s : scores) max = std::max(max, s);
+    if (max == -kInf) {
+        out.loss = kInf;
+        return out;
+    }
+    double sum = 0;
+    for (double s : scores) sum += std::exp(s - max);
+    const double loglik = max + std::log(sum);
+    out.loss = -loglik;
+    for (size_t i = 0; i < valid_paths.size(); ++i)
+        for (int64_t t = 0; t < frames; ++t)
+            out.grad_log_probs[t * classes + valid_paths[i][t]] -= std::exp(scores[i] - loglik);
+    return out;
+}
+
+// Double inputs of 1e20 to 1e300 (T 6, C 4, labels [3, 3] and [1, 2], logits and log-probs).
+// At such scales softmax is one-hot and the best alignment takes the whole posterior, which
+// the enumeration finds exactly. `run(case)` runs a double case (loss, grad).
+template <typename Run>
+void check_huge_inputs(Run run) {
+    // The posterior exp(alpha + beta - loglik) cancels numbers whose spacing is far above 1 there:
+    // a rounding of its argument above 0 once carried the exponential past its exponent field (a
+    // gradient entry of -4.5e57 at 1e30). Now every entry stays a difference of probabilities
+    // (logits: [-1, 1]; log-probs: [-1, 0]), and those frames give the enumeration's gradient
+    // exactly; elsewhere at these scales a frame's posterior can still round away (docs/ctc.md), so
+    // only the bounds are checked there. Rows (6, 4) in units of the scale: random ones, and the
+    // frames that gave -4.5e57 at 1e30.
+    const std::vector<double> found = {-0.7686, 1.9999,  -0.8406, -0.6692, -2.0436, 1.3521,
+                                       -2.9956, -2.3462, -0.639,  0.7387,  -0.072,  0.689,
+                                       2.4257,  -0.8275, 1.9692,  1.4654,  -0.9815, 0.4941,
+                                       1.2398,  -0.2993, -0.9244, -0.9611, -0.3117, -1.1105};
+    uint64_t seed = 900;
+    for (const double scale : {1e20, 1e30, 1e100, 1e300}) {
+        for (const std::vector<int64_t>& labels : {std::vector<int64_t>{3, 3}, {1, 2}}) {
+            for (const bool logits : {true, false}) {
+                INFO("scale " << scale << " labels " << labels.size() << " "
+                              << (logits ? "logits" : "log_probs"));
+                const bool is_found = scale == 1e30 && labels[0] == 3;
+                std::vector<double> rows =
+                    is_found ? found : lstm::test::random_vector<double>(6 * 4, ++seed, -2.5, 2.5);
+                for (double& v : rows) v *= scale;
+                CtcReferenceCase c = single(rows, 4, labels, logits);
+                const std::vector<double> lp = lstm::reference::log_softmax_rows(rows, 4);
+                if (!logits) c.input = lp;
+                const BruteForce want = brute_force(lp, 6, 4, labels, 0);
+                REQUIRE(std::isfinite(want.loss));
+                const auto got = run(c);
+                CHECK(static_cast<double>(got.loss) == Approx(want.loss).epsilon(1e-15));
+                for (const auto g : got.grad) {
+                    CHECK(g >= -1.0);
+                    CHECK(g <= (logits ? 1.0 : 0.0));
+                }
+                if (!is_found) continue;
+                std::vector<double> want_grad = want.grad_log_probs;
+                if (logits)
+                    for (size_t i = 0; i < lp.size(); ++i) want_grad[i] += std::exp(lp[i]);
+                LSTM_CHECK_CLOSE(lstm::test::compare("grad", got.grad, want_grad, 0, 0));
+            }
+        }
+    }
+}
+
 }  // namespace lstm::test::ctc

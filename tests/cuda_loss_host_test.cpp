@@ -306,6 +306,13 @@ TEMPLATE_TEST_CASE("cuda ctc kernels keep log(sum) next to logits of 1e30 and be
         [](const CtcReferenceCase& c) { return emulate_ctc<T>(c); });
 }
 
+TEST_CASE(
+    "cuda ctc kernels at double inputs of 1e20 to 1e300: the loss exact, the gradient bounded",
+    "[cuda_loss_host]") {
+    lstm::test::ctc::check_huge_inputs(
+        [](const CtcReferenceCase& c) { return emulate_ctc<double>(c); });
+}
+
 TEMPLATE_TEST_CASE(
     "cuda ctc kernels: input NaN or +inf on a valid frame gives NaN loss and gradient",
     "[cuda_loss_host]", float, double) {

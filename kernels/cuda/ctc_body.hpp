@@ -279,12 +279,15 @@ LSTM_HOST_DEVICE T ctc_grad_dead_value(const CtcArgs<T>& a, int64_t frame) {
     return ctc_frame_valid(a, frame) && !(loglik == loglik) ? static_cast<T>(kLossNaN) : T(0);
 }
 
-// Occupation probability of state s at frame t: e^(alpha + b - loglik).
+// Occupation probability of state s at frame t: e^(alpha + b - loglik), at most 1. The exponent
+// is <= 0 but for rounding, which for inputs near 1e30 (double) cancels to large positive values
+// (inf, or entries like -4.5e57 in the CPU kernel before it clamped too); NaN passes through.
 template <typename T>
 LSTM_HOST_DEVICE double ctc_occupation(const CtcArgs<T>& a, const CtcSample& sample, int64_t t,
                                        int64_t s, double loglik) {
     const int64_t at = sample.state_offset + t * (2 * int64_t{sample.labels} + 1) + s;
-    return exp(a.alpha[at] + a.beta[at] - loglik);
+    const double log_occupation = a.alpha[at] + a.beta[at] - loglik;
+    return exp(log_occupation > 0.0 ? 0.0 : log_occupation);
 }
 
 // Gradient element of class c given its posterior: scale * (softmax - posterior) for logits,
