@@ -31,7 +31,8 @@ target_compile_definitions(lstm_cuda PUBLIC
     LSTM_WITH_CUDA=1
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
     LSTM_WITH_ONEDNN=${LSTM_WITH_ONEDNN})
-target_link_libraries(lstm_cuda PUBLIC CUDA::cudart CUDA::cublas)
+# lstm_cpu for the host memory query (lstm/memory.cpp) its host buffers are checked against.
+target_link_libraries(lstm_cuda PUBLIC lstm_cpu CUDA::cudart CUDA::cublas)
 if(LSTM_WITH_CUDNN)
     target_include_directories(lstm_cuda PRIVATE ${LSTM_CUDNN_INCLUDE_DIR})
     target_link_libraries(lstm_cuda PUBLIC ${LSTM_CUDNN_LIBRARY})

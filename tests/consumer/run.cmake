@@ -23,6 +23,7 @@ run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 -DCMAKE_PREFIX_PATH=${prefix})
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run_step(${WORK_DIR}/build/consumer)
+run_step(${WORK_DIR}/build/consumer_loss)
 if(EXISTS ${WORK_DIR}/build/consumer_onednn)
     run_step(${WORK_DIR}/build/consumer_onednn)
 endif()
