@@ -68,7 +68,8 @@ inline const char* to_string(Head head) {
 struct CtcHeadOptions {
     int64_t blank = 0;  // the blank class, in [0, classes)
     // An infeasible sample (its input too short for its labels) has loss +inf, which makes the
-    // batch mean +inf, with zero gradient (PyTorch's behaviour); zero_infinity counts it as 0.
+    // batch mean +inf, and a zero gradient (PyTorch 1.13 on the CPU gives NaN there, which
+    // turns every parameter NaN at the next step); zero_infinity counts its loss as 0.
     bool zero_infinity = false;
     // Throw lstm::InvalidArgument naming the infeasible samples instead (checked before
     // zero_infinity could hide them), for data pipelines that should never produce one.
