@@ -144,7 +144,8 @@ public:
     // with batch_first, on device(), owned by the layer and valid until the next forward. With
     // config.dropout > 0 and more than one layer, each layer's output but the last's goes
     // through dropout (masks drawn from dropout_seed() and a count of such forwards). On cuda the
-    // work is queued on context() and not waited for.
+    // work is queued on context() and not waited for. N may be 0, as in PyTorch: every output
+    // then has its shape and no elements.
     TensorView<const T> forward(TensorView<const T> x, Span<const int64_t> lengths = {},
                                 TensorView<const T> h0 = {}, TensorView<const T> c0 = {}) {
         return run(x, lengths, h0, c0, true);
@@ -180,6 +181,12 @@ public:
         const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
         const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
         const bool bf = config_.batch_first;
+        if (batch == 0) {  // after run_without_sequences: nothing to add, dx without elements
+            trained_ = false;
+            if (!compute_dx) return TensorView<const T>();
+            return bf ? TensorView<const T>(dx_.template as<T>(), {0, seq_len, in}, device_)
+                      : TensorView<const T>(dx_.template as<T>(), {seq_len, 0, in}, device_);
+        }
         if (device_ == Device::cpu)
             MemoryRequest()
                 .add("dx", bytes_of({seq_len, batch, in}), dx_.size())
@@ -310,9 +317,12 @@ private:
         const int64_t seq_len = bf ? x.size(1) : x.size(0), batch = bf ? x.size(0) : x.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();
         check(seq_len >= 1, "x: T (x.size(", bf ? 1 : 0, ")) must be >= 1, got ", seq_len);
-        check(batch >= 1, "x: N (x.size(", bf ? 0 : 1, ")) must be >= 1, got ", batch);
         check_layer_tensor(x, "x", seq_len, batch, in);
         check_states(h0, c0, "h0", "c0", batch);
+        if (batch == 0) {
+            detail::check_lengths(lengths, seq_len, batch);
+            return run_without_sequences(x, h0, c0, seq_len, training);
+        }
         const DType dtype = dtype_of<T>();
         const int64_t layers = config_.num_layers;
         const bool dropped = training && config_.dropout > 0.0 && layers > 1;
@@ -384,6 +394,28 @@ private:
             detail::swap_leading_dims(device_, context_, seq_len, batch, out, y_view_.data(), dst);
             y_out_ = TensorView<const T>(dst, {batch, seq_len, out}, device_);
         }
+        return y_out_;
+    }
+
+    // N = 0, which PyTorch allows: outputs of the right shapes and no elements, and no variant
+    // call (their sizing queries need N >= 1); the backward that may follow adds nothing.
+    TensorView<const T> run_without_sequences(TensorView<const T> x, TensorView<const T> h0,
+                                              TensorView<const T> c0, int64_t seq_len,
+                                              bool training) {
+        const int64_t in = config_.input_size, out = config_.output_size();
+        staged_ = false;
+        dropped_ = false;
+        x_ = TensorView<const T>(x.data(), {seq_len, 0, in}, device_);
+        lengths_.clear();
+        h0_ = h0;
+        c0_ = c0;
+        batch_ = 0;
+        y_view_ = TensorView<T>(y_.template as<T>(), {seq_len, 0, out}, device_);
+        y_out_ = config_.batch_first
+                     ? TensorView<const T>(y_view_.data(), {0, seq_len, out}, device_)
+                     : TensorView<const T>(y_view_);
+        trained_ = training;
+        if (training) inputs_print_ = inputs_fingerprint();
         return y_out_;
     }
 
@@ -543,7 +575,9 @@ private:
     // caller's layout).
     void check_layer_tensor(TensorView<const T> v, const char* name, int64_t seq_len, int64_t batch,
                             int64_t features) const {
-        check(!v.empty(), name, " must be given, got an empty view");
+        // Data may be null only where there are no elements (N = 0).
+        check(!v.empty() || (v.rank() == 3 && v.numel() == 0), name,
+              " must be given, got an empty view");
         if (config_.batch_first)
             check_shape(v, name, {batch, seq_len, features});
         else

@@ -9,6 +9,7 @@
 #include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/detail/fingerprint.hpp"
 #include "lstm/layer.hpp"
+#include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
 
 using namespace lstm;
@@ -139,6 +140,49 @@ TEST_CASE("backward requires the reserve and checks gradient shapes", "[errors]"
     }
 }
 
+TEST_CASE("a batch of N = 0 gives outputs without elements and adds no gradient, as PyTorch",
+          "[errors]") {
+    // PyTorch 1.13: nn.LSTM(3, 8, 2, bidirectional=True) on x of shape (5, 0, 3) returns y (5, 0,
+    // 16) and hn, cn (4, 0, 8); a backward through them leaves every gradient 0 and gives x.grad
+    // (5, 0, 3). The layer once refused N = 0 (a data loader's empty last batch).
+    Config config{3, 8, 2, true};
+    for (const bool batch_first : {false, true}) {
+        config.batch_first = batch_first;
+        for (const Variant* v : variants_on(Device::cpu)) {
+            INFO("variant " << v->name() << (batch_first ? ", batch_first" : ""));
+            if (v->supports(config, DType::f32)) continue;  // onednn: no batch_first
+            Lstm layer(config, v->name());
+            const std::vector<int64_t> x_shape =
+                batch_first ? std::vector<int64_t>{0, 5, 3} : std::vector<int64_t>{5, 0, 3};
+            const TensorView<const float> x(nullptr, {x_shape[0], x_shape[1], x_shape[2]});
+            const TensorView<const float> y = layer.forward(x);
+            CHECK(y.shape_string() == (batch_first ? "(0, 5, 16)" : "(5, 0, 16)"));
+            CHECK(layer.hn().shape_string() == "(4, 0, 8)");
+            CHECK(layer.cn().shape_string() == "(4, 0, 8)");
+            const TensorView<const float> dy(nullptr, {y.size(0), y.size(1), 16});
+            const TensorView<const float> dx = layer.backward(dy);
+            CHECK(dx.shape_string() == (batch_first ? "(0, 5, 3)" : "(5, 0, 3)"));
+            CHECK(layer.dh0().shape_string() == "(4, 0, 8)");
+            CHECK(std::all_of(layer.gradients().begin(), layer.gradients().end(),
+                              [](float g) { return g == 0.0f; }));
+            // Still one backward per forward, and lengths must have N = 0 elements.
+            CHECK_THROWS_WITH(layer.backward(dy), Contains("needs a training forward()"));
+            const std::vector<int64_t> lengths = {5};
+            CHECK_THROWS_AS(layer.forward(x, lengths), InvalidArgument);
+            CHECK(layer.infer(x).numel() == 0);
+        }
+    }
+    // A model's batch-mean loss of no sequences would be NaN, and the step would still move
+    // every weight by decay: refused there, by name.
+    nn::ModelConfig mc;
+    mc.lstm = Config{3, 4, 1, false};
+    mc.classes = 3;
+    nn::SequenceModel<float> model(mc, "basic", Device::cpu, 1);
+    CHECK_THROWS_WITH(model.train_step(TensorView<const float>(nullptr, {5, 0, 3}), {}, {}),
+                      "SequenceModel: x has N = 0 sequences (shape (5, 0, 3)); a loss needs at "
+                      "least one");
+}
+
 TEST_CASE("sizes below 1 or beyond 64 bits are refused by name on every CPU variant", "[errors]") {
     // oneDNN divided by N = 0 inside its primitive descriptors (SIGFPE), a negative T came back
     // as an out-of-memory error, and the sizing queries wrapped to huge or tiny byte counts.
@@ -147,10 +191,6 @@ TEST_CASE("sizes below 1 or beyond 64 bits are refused by name on every CPU vari
     for (const Variant* v : variants_on(Device::cpu)) {
         INFO("variant " << v->name());
         Lstm layer(config, v->name());
-        CHECK_THROWS_AS(layer.forward(TensorView<const float>(x.data(), {4, 0, 3})),
-                        InvalidArgument);
-        CHECK_THROWS_WITH(layer.forward(TensorView<const float>(x.data(), {4, 0, 3})),
-                          Contains("x: N (x.size(1)) must be >= 1, got 0"));
         CHECK_THROWS_WITH(layer.infer(TensorView<const float>(x.data(), {0, 2, 3})),
                           Contains("x: T (x.size(0)) must be >= 1, got 0"));
         CHECK_THROWS_WITH(v->workspace_bytes(config, DType::f32, 4, 0),

@@ -242,6 +242,12 @@ private:
         check(target_lengths.empty() || config_.head == Head::ctc,
               "SequenceModel: target_lengths is for the ctc head only; this model's head, ",
               to_string(config_.head), ", takes none, got ", target_lengths.size, " entries");
+        // The layer takes N = 0 as PyTorch does, but a batch-mean loss of no sequences is NaN and
+        // a step on it would still move every weight by decay: an empty batch is a pipeline's
+        // slip here. (DataParallel lets a rank hold none; it never hands the model an empty x.)
+        if (x.rank() == 3 && x.size(1) == 0)
+            fail("SequenceModel: x has N = 0 sequences (shape ", x.shape_string(),
+                 "); a loss needs at least one");
         const TensorView<const T> x_on_device = stage_input(x);
         const TensorView<const T> y =
             training ? lstm_.forward(x_on_device, lengths) : lstm_.infer(x_on_device, lengths);
