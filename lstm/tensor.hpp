@@ -142,6 +142,13 @@ bool overlaps(const A* a, int64_t a_count, const B* b, int64_t b_count) {
            b0 < a0 + static_cast<std::uintptr_t>(a_count) * sizeof(A);
 }
 
+// The same for two views' elements (either memory space). An empty view (null data, as an
+// output not asked for) overlaps nothing: a default view claims one element at address 0.
+template <typename A, typename B>
+bool overlaps(const TensorView<A>& a, const TensorView<B>& b) {
+    return !a.empty() && !b.empty() && overlaps(a.data(), a.numel(), b.data(), b.numel());
+}
+
 }  // namespace detail
 
 }  // namespace lstm

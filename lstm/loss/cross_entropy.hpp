@@ -56,15 +56,11 @@ void check_ce_devices(const TensorView<const T>& logits, const TensorView<T>& gr
 template <typename T>
 void check_ce_outputs_apart(TensorView<const T> logits, TensorView<T> grad, TensorView<T> losses,
                             const char* function) {
-    using lstm::detail::overlaps;
-    const int64_t n = logits.numel();
-    check(grad.empty() || !overlaps(grad.data(), grad.numel(), logits.data(), n), function,
+    using lstm::detail::overlaps;  // an empty (null) view overlaps nothing
+    check(!overlaps(grad, logits), function,
           ": grad must not overlap logits (the gradient cannot be computed in place)");
-    check(losses.empty() || !overlaps(losses.data(), losses.numel(), logits.data(), n), function,
-          ": losses must not overlap logits");
-    check(grad.empty() || losses.empty() ||
-              !overlaps(grad.data(), grad.numel(), losses.data(), losses.numel()),
-          function, ": grad and losses must not overlap");
+    check(!overlaps(losses, logits), function, ": losses must not overlap logits");
+    check(!overlaps(grad, losses), function, ": grad and losses must not overlap");
 }
 
 // Factor that turns d(sum of counted losses) into d(returned loss).

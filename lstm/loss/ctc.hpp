@@ -180,22 +180,18 @@ CtcDims validate(const CtcArgs<T>& args, const CtcOutputs<T>& out) {
     if (!grad.empty()) {
         check_shape(grad, logits ? "ctc_loss: grad_logits" : "ctc_loss: grad_log_probs",
                     {d.max_time, d.batch, d.classes});
-        check(!lstm::detail::overlaps(grad.data(), grad.numel(), input.data(), input.numel()),
-              "ctc_loss: ", grad_name, " must not overlap ", input_name,
-              " (the input is still read while the gradient is written)");
+        check(!lstm::detail::overlaps(grad, input), "ctc_loss: ", grad_name, " must not overlap ",
+              input_name, " (the input is still read while the gradient is written)");
     }
     if (!out.losses.empty()) {
         check_shape(out.losses, "ctc_loss: losses", {d.batch});
         // The losses are written after the gradient, which an overlap would corrupt silently,
         // and on cuda by kernels while other samples may still read the input (on cpu an
         // overlap would overwrite an input passed as const).
-        check(!lstm::detail::overlaps(out.losses.data(), out.losses.numel(), input.data(),
-                                      input.numel()),
-              "ctc_loss: losses must not overlap ", input_name,
-              " (the input is read while the losses are written)");
-        check(!lstm::detail::overlaps(out.losses.data(), out.losses.numel(), grad.data(),
-                                      grad.numel()),
-              "ctc_loss: losses must not overlap ", grad_name, " (both are written)");
+        check(!lstm::detail::overlaps(out.losses, input), "ctc_loss: losses must not overlap ",
+              input_name, " (the input is read while the losses are written)");
+        check(!lstm::detail::overlaps(out.losses, grad), "ctc_loss: losses must not overlap ",
+              grad_name, " (both are written)");
     }
 
     // Lengths.

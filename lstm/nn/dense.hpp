@@ -103,8 +103,7 @@ public:
         check_data(x, fn, "x");
         check_data(y, fn, "y");
         // y is written (the bias first) while x is still read: in place would be wrong silently.
-        check(!lstm::detail::overlaps(y.data(), y.numel(), x.data(), x.numel()), fn,
-              ": y must not overlap x");
+        check(!lstm::detail::overlaps(y, x), fn, ": y must not overlap x");
         if (rows == 0) return;
         // Broadcasting the bias into y first lets the GEMM add onto it, saving a pass over y.
         if (bias_) {
@@ -134,8 +133,8 @@ public:
         check_data(dy, fn, "dy");
         // dx is written last, by a GEMM that reads dy: overlapping dy would corrupt dx silently,
         // overlapping x would overwrite an input the caller passed as const.
-        check_apart(dx, x, fn, "x");
-        check_apart(dx, dy, fn, "dy");
+        check(!lstm::detail::overlaps(dx, x), fn, ": dx must not overlap x");
+        check(!lstm::detail::overlaps(dx, dy), fn, ": dx must not overlap dy");
         if (rows == 0) return;
         kernels::cpu::gemm<T>(true, false, out_, in_, rows, T(1), dy.data(), out_, x.data(), in_,
                               T(1), grads_.data(), in_);
@@ -161,12 +160,6 @@ private:
     static void check_host(const TensorView<U>& view, const char* fn, const char* name) {
         check(view.device() == Device::cpu, fn, ": ", name, " is on ", to_string(view.device()),
               ", but Dense runs on cpu tensors only so far");
-    }
-    // Refuses dx (rows, in) overlapping `input` (x or dy, host; compared as address ranges).
-    static void check_apart(const TensorView<T>& dx, const TensorView<const T>& input,
-                            const char* fn, const char* name) {
-        check(!lstm::detail::overlaps(dx.data(), dx.numel(), input.data(), input.numel()), fn,
-              ": dx must not overlap ", name);
     }
     template <typename U>
     static void check_data(const TensorView<U>& view, const char* fn, const char* name) {

@@ -131,8 +131,7 @@ public:
         check_on_device(x, fn, "x");
         check_on_device(y, fn, "y");
         // y is written (the bias first) while x is still read: in place would be wrong silently.
-        check(!lstm::detail::overlaps(y.data(), y.numel(), x.data(), x.numel()), fn,
-              ": y must not overlap x");
+        check(!lstm::detail::overlaps(y, x), fn, ": y must not overlap x");
         reserve_rows(rows);
         if (rows == 0) return;
         const T* w = params_.template as<T>();
@@ -156,8 +155,8 @@ public:
         if (!dx.empty()) check_on_device(dx, fn, "dx");
         // dx is written last, by a GEMM that reads dy: overlapping dy would corrupt dx silently,
         // overlapping x would overwrite an input the caller passed as const.
-        check_apart(dx, x, fn, "x");
-        check_apart(dx, dy, fn, "dy");
+        check(!lstm::detail::overlaps(dx, x), fn, ": dx must not overlap x");
+        check(!lstm::detail::overlaps(dx, dy), fn, ": dx must not overlap dy");
         reserve_rows(rows);
         if (rows == 0) return;
         T* g = grads_.template as<T>();
@@ -173,12 +172,6 @@ private:
     void check_count(const char* fn, int64_t size) const {
         check(size == parameter_count(), "DenseCuda::", fn, ": the host buffer has ", size,
               " elements, expected parameter_count() = ", parameter_count());
-    }
-    // Refuses dx (rows, in) overlapping `input` (x or dy, device; compared as address ranges).
-    static void check_apart(const TensorView<T>& dx, const TensorView<const T>& input,
-                            const char* fn, const char* name) {
-        check(!lstm::detail::overlaps(dx.data(), dx.numel(), input.data(), input.numel()), fn,
-              ": dx must not overlap ", name);
     }
     template <typename U>
     static void check_on_device(const TensorView<U>& view, const char* fn, const char* name) {
