@@ -145,7 +145,10 @@ public:
     // config.dropout > 0 and more than one layer, each layer's output but the last's goes
     // through dropout (masks drawn from dropout_seed() and a count of such forwards). On cuda the
     // work is queued on context() and not waited for. N may be 0, as in PyTorch: every output
-    // then has its shape and no elements.
+    // then has its shape and no elements. One sequence may also come unbatched, as PyTorch takes
+    // it: x (T, I), h0 (L*D, S), c0 (L*D, H), lengths empty or of one entry; y, hn, cn, and
+    // backward's dy, dhn, dcn, dx, dh0, dc0 then drop the batch dimension too, and batch_first
+    // does not apply (PyTorch's rule).
     TensorView<const T> forward(TensorView<const T> x, Span<const int64_t> lengths = {},
                                 TensorView<const T> h0 = {}, TensorView<const T> c0 = {}) {
         return run(x, lengths, h0, c0, true);
@@ -159,14 +162,14 @@ public:
     }
 
     TensorView<const T> y() const { return y_out_; }
-    TensorView<const T> hn() const { return h_state_view(hn_); }  // (L*D, N, S)
-    TensorView<const T> cn() const { return c_state_view(cn_); }  // (L*D, N, H)
+    TensorView<const T> hn() const { return h_state_view(hn_); }  // (L*D, N, S); unbatched (L*D, S)
+    TensorView<const T> cn() const { return c_state_view(cn_); }  // (L*D, N, H); unbatched (L*D, H)
 
     // dy (T, N, D*S), or (N, T, D*S) with batch_first, on device(); dhn (L*D, N, S) / dcn
-    // (L*D, N, H) on device() or empty. ADDS into gradients(); returns dx (T, N, I) (or
-    // (N, T, I)) on device(), or an empty view when compute_dx is false (x is data, as in the
-    // first layer of a model: skipping it saves a GEMM over all steps); dh0()/dc0() hold the
-    // initial-state gradients afterwards.
+    // (L*D, N, H) on device() or empty; after an unbatched forward the same without N. ADDS into
+    // gradients(); returns dx (T, N, I) (or (N, T, I); unbatched (T, I)) on device(), or an empty
+    // view when compute_dx is false (x is data, as in the first layer of a model: skipping it
+    // saves a GEMM over all steps); dh0()/dc0() hold the initial-state gradients afterwards.
     TensorView<const T> backward(TensorView<const T> dy, TensorView<const T> dhn = {},
                                  TensorView<const T> dcn = {}, bool compute_dx = true) {
         check(trained_,
@@ -176,11 +179,19 @@ public:
         check_inputs_unchanged();
         const int64_t seq_len = x_.size(0), batch = x_.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();
-        check_layer_tensor(dy, "dy", seq_len, batch, out);
+        if (unbatched_) {
+            check_unbatched(dy, "dy", seq_len, out);
+            check_unbatched(dhn, "dhn", config_.num_cells(), config_.state_size());
+            check_unbatched(dcn, "dcn", config_.num_cells(), config_.hidden_size);
+            dy = with_batch_of_one(dy);
+            dhn = with_batch_of_one(dhn);
+            dcn = with_batch_of_one(dcn);
+        }
+        const bool bf = batch_major();
+        check_layer_tensor(dy, "dy", seq_len, batch, out, bf);
         check_states(dhn, dcn, "dhn", "dcn", batch);
         const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
         const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
-        const bool bf = config_.batch_first;
         if (batch == 0) {  // after run_without_sequences: nothing to add, dx without elements
             trained_ = false;
             if (!compute_dx) return TensorView<const T>();
@@ -216,14 +227,16 @@ public:
         // would read gradients as activations and return wrong numbers without a word.
         trained_ = false;
         backward_calls(dy_run, dhn, dcn, dx);
-        if (!compute_dx || !bf) return dx;  // empty unless compute_dx
+        if (!compute_dx) return TensorView<const T>();
+        if (unbatched_) return TensorView<const T>(dx.data(), {seq_len, in}, device_);
+        if (!bf) return dx;
         T* dst = static_cast<T*>(dx_bf_.reserve(bytes_of(seq_len * batch * in)));
         detail::swap_leading_dims(device_, context_, seq_len, batch, in, dx.data(), dst);
         return TensorView<const T>(dst, {batch, seq_len, in}, device_);
     }
 
-    TensorView<const T> dh0() const { return h_state_view(dh0_); }  // (L*D, N, S)
-    TensorView<const T> dc0() const { return c_state_view(dc0_); }  // (L*D, N, H)
+    TensorView<const T> dh0() const { return h_state_view(dh0_); }  // as hn()
+    TensorView<const T> dc0() const { return c_state_view(dc0_); }  // as cn()
 
     // Dropout masks are drawn from (seed, number of dropout forwards so far, layer, element), so
     // a seed and a count reproduce them exactly; checkpoints save both. The seed starts at 0.
@@ -311,13 +324,37 @@ private:
 
     TensorView<const T> run(TensorView<const T> x, Span<const int64_t> lengths,
                             TensorView<const T> h0, TensorView<const T> c0, bool training) {
-        const bool bf = config_.batch_first;
-        check(x.rank() == 3, "x must have rank 3 (", bf ? "N, T, I" : "T, N, I", "), got shape ",
-              x.shape_string());
+        if (x.rank() == 2) return run_unbatched(x, lengths, h0, c0, training);
+        check(x.rank() == 3, "x must have rank 3 (", config_.batch_first ? "N, T, I" : "T, N, I",
+              ") or 2 (T, I: one unbatched sequence), got shape ", x.shape_string());
+        return run_batched(x, lengths, h0, c0, training, false);
+    }
+
+    // One sequence without its batch dimension: the batched run at N = 1, time-major whatever
+    // batch_first says ((T, 1, I) and (1, T, I) are the same memory), outputs viewed without N.
+    TensorView<const T> run_unbatched(TensorView<const T> x, Span<const int64_t> lengths,
+                                      TensorView<const T> h0, TensorView<const T> c0,
+                                      bool training) {
+        check(x.size(0) >= 1, "x: T (x.size(0)) must be >= 1, got ", x.size(0));
+        check_unbatched(x, "x", x.size(0), config_.input_size);
+        check_unbatched(h0, "h0", config_.num_cells(), config_.state_size());
+        check_unbatched(c0, "c0", config_.num_cells(), config_.hidden_size);
+        const TensorView<const T> y =
+            run_batched(with_batch_of_one(x), lengths, with_batch_of_one(h0), with_batch_of_one(c0),
+                        training, true);
+        y_out_ = TensorView<const T>(y.data(), {y.size(0), y.size(2)}, device_);
+        return y_out_;
+    }
+
+    // x (T, N, I), or (N, T, I) when batch_first and not unbatched; see forward().
+    TensorView<const T> run_batched(TensorView<const T> x, Span<const int64_t> lengths,
+                                    TensorView<const T> h0, TensorView<const T> c0, bool training,
+                                    bool unbatched) {
+        const bool bf = config_.batch_first && !unbatched;
         const int64_t seq_len = bf ? x.size(1) : x.size(0), batch = bf ? x.size(0) : x.size(1);
         const int64_t in = config_.input_size, out = config_.output_size();
         check(seq_len >= 1, "x: T (x.size(", bf ? 1 : 0, ")) must be >= 1, got ", seq_len);
-        check_layer_tensor(x, "x", seq_len, batch, in);
+        check_layer_tensor(x, "x", seq_len, batch, in, bf);
         check_states(h0, c0, "h0", "c0", batch);
         if (batch == 0) {
             detail::check_lengths(lengths, seq_len, batch);
@@ -375,6 +412,7 @@ private:
         trained_ = false;
         staged_ = false;
         dropped_ = false;
+        unbatched_ = unbatched;
         x_ = x_run;
         lengths_.assign(lengths.begin(), lengths.end());
         h0_ = h0;
@@ -405,15 +443,15 @@ private:
         const int64_t in = config_.input_size, out = config_.output_size();
         staged_ = false;
         dropped_ = false;
+        unbatched_ = false;  // an unbatched x has N = 1
         x_ = TensorView<const T>(x.data(), {seq_len, 0, in}, device_);
         lengths_.clear();
         h0_ = h0;
         c0_ = c0;
         batch_ = 0;
         y_view_ = TensorView<T>(y_.template as<T>(), {seq_len, 0, out}, device_);
-        y_out_ = config_.batch_first
-                     ? TensorView<const T>(y_view_.data(), {0, seq_len, out}, device_)
-                     : TensorView<const T>(y_view_);
+        y_out_ = batch_major() ? TensorView<const T>(y_view_.data(), {0, seq_len, out}, device_)
+                               : TensorView<const T>(y_view_);
         trained_ = training;
         if (training) inputs_print_ = inputs_fingerprint();
         return y_out_;
@@ -570,15 +608,15 @@ private:
     }
     int64_t out_width() const { return config_.output_size(); }
 
-    // Checks a caller's x / dy: (T, N, F), or (N, T, F) with batch_first, in the layer's memory
+    // Checks a caller's x / dy: (T, N, F), or (N, T, F) when batch_major, in the layer's memory
     // space (the variant would check its time-major copy, whose message would not name the
     // caller's layout).
     void check_layer_tensor(TensorView<const T> v, const char* name, int64_t seq_len, int64_t batch,
-                            int64_t features) const {
+                            int64_t features, bool batch_major) const {
         // Data may be null only where there are no elements (N = 0).
         check(!v.empty() || (v.rank() == 3 && v.numel() == 0), name,
               " must be given, got an empty view");
-        if (config_.batch_first)
+        if (batch_major)
             check_shape(v, name, {batch, seq_len, features});
         else
             check_shape(v, name, {seq_len, batch, features});
@@ -599,6 +637,22 @@ private:
                   " but the layer runs on ", to_string(device_));
         }
     }
+    // An unbatched caller's (rows, cols) tensor, or empty (check_layer_tensor then refuses an
+    // empty x or dy). A batched one here means the caller mixed the two forms, so the message
+    // says which form the call is in.
+    void check_unbatched(TensorView<const T> v, const char* name, int64_t rows,
+                         int64_t cols) const {
+        if (v.empty() || v.has_shape({rows, cols})) return;
+        fail(name, ": for one unbatched sequence (x of shape (T, I)) ", name, " must have shape (",
+             rows, ", ", cols, "), got ", v.shape_string());
+    }
+    // (rows, cols) viewed as (rows, 1, cols); empty stays empty.
+    TensorView<const T> with_batch_of_one(TensorView<const T> v) const {
+        if (v.empty()) return v;
+        return TensorView<const T>(v.data(), {v.size(0), 1, v.size(1)}, v.device());
+    }
+    // Whether the caller's x, y, dy and dx are (N, T, F): batch_first, unless unbatched.
+    bool batch_major() const { return config_.batch_first && !unbatched_; }
     static size_t round_up(size_t bytes, size_t align) {
         return (bytes + align - 1) / align * align;
     }
@@ -621,12 +675,16 @@ private:
               " elements, expected param_count(config) = ", count());
     }
     TensorView<const T> h_state_view(const Buffer& b) const {
-        return TensorView<const T>(b.template as<T>(),
-                                   {config_.num_cells(), batch_, config_.state_size()}, device_);
+        return state_view(b, config_.state_size());
     }
     TensorView<const T> c_state_view(const Buffer& b) const {
-        return TensorView<const T>(b.template as<T>(),
-                                   {config_.num_cells(), batch_, config_.hidden_size}, device_);
+        return state_view(b, config_.hidden_size);
+    }
+    TensorView<const T> state_view(const Buffer& b, int64_t width) const {
+        if (unbatched_)
+            return TensorView<const T>(b.template as<T>(), {config_.num_cells(), width}, device_);
+        return TensorView<const T>(b.template as<T>(), {config_.num_cells(), batch_, width},
+                                   device_);
     }
 
     Config config_;
@@ -653,8 +711,9 @@ private:
     uint64_t dropout_seed_ = 0, dropout_count_ = 0;
     uint64_t inputs_print_ = 0;  // inputs_fingerprint() of the last training forward
     bool trained_ = false;
-    bool staged_ = false;   // the last training forward ran layer by layer (dropout or hook)
-    bool dropped_ = false;  // ... and applied dropout between the layers
+    bool staged_ = false;     // the last training forward ran layer by layer (dropout or hook)
+    bool dropped_ = false;    // ... and applied dropout between the layers
+    bool unbatched_ = false;  // the last forward took x (T, I): outputs and gradients drop N
     std::function<void(int64_t)> layer_gradients_ready_;  // see set_layer_gradients_ready
 };
 

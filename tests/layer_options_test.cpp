@@ -141,6 +141,103 @@ TEST_CASE("batch_first gives the time-major results transposed, on every CPU var
     }
 }
 
+// One sequence given unbatched, as nn.LSTM takes it: x (T, I), h0 (L*D, S), c0 (L*D, H), dy
+// (T, D*S), dhn, dcn like h0, c0; everything it returns drops the batch dimension too.
+StepResult train_step_unbatched(Lstm& layer, const Problem& p) {
+    const int64_t T = p.seq_len, I = p.config.input_size, O = p.config.output_size();
+    const int64_t cells = p.config.num_cells(), S = p.config.state_size(), H = p.config.hidden_size;
+    layer.load_parameters(Span<const float>(p.params));
+    layer.zero_grad();
+    StepResult r;
+    const TensorView<const float> y =
+        layer.forward(view(p.x, {T, I}), Span<const int64_t>(p.lengths), view(p.h0, {cells, S}),
+                      view(p.c0, {cells, H}));
+    CHECK(y.has_shape({T, O}));
+    CHECK(layer.hn().has_shape({cells, S}));
+    CHECK(layer.cn().has_shape({cells, H}));
+    r.y = to_double(y);
+    r.hn = to_double(layer.hn());
+    r.cn = to_double(layer.cn());
+    const TensorView<const float> dx =
+        layer.backward(view(p.dy, {T, O}), view(p.dhn, {cells, S}), view(p.dcn, {cells, H}));
+    CHECK(dx.has_shape({T, I}));
+    CHECK(layer.dh0().has_shape({cells, S}));
+    CHECK(layer.dc0().has_shape({cells, H}));
+    r.dx = to_double(dx);
+    r.dh0 = to_double(layer.dh0());
+    r.dc0 = to_double(layer.dc0());
+    const auto g = layer.gradients();
+    r.grads.assign(g.begin(), g.end());
+    return r;
+}
+
+TEST_CASE("unbatched (T, I) input gives the N = 1 results without N, on every CPU variant",
+          "[layer_options]") {
+    // PyTorch 1.13's nn.LSTM takes one sequence as (T, I) with (L*D, S) states and returns y
+    // (T, D*S), hn (L*D, S); batch_first does not apply to it. Here it is the batched run at
+    // N = 1 (itself checked against the reference), so every number must be equal to the bit.
+    Config lstmp{4, 6, 2, true};
+    lstmp.proj_size = 3;
+    for (const Config& base : {Config{3, 5, 2, true}, Config{4, 6, 1, false}, lstmp}) {
+        for (const bool batch_first : {false, true}) {
+            Config config = base;
+            config.batch_first = batch_first;
+            for (const Variant* v : variants_on(Device::cpu)) {
+                if (v->supports(base, DType::f32)) continue;
+                INFO("variant " << v->name() << ", layers " << base.num_layers << ", proj_size "
+                                << base.proj_size << (batch_first ? ", batch_first" : ""));
+                const Problem p = for_variant(make_problem(base, 5, 1, {4}, 60), *v);
+                Lstm batched(base, v->name()), unbatched(config, v->name());
+                const StepResult want = train_step(batched, p);
+                const StepResult got = train_step_unbatched(unbatched, p);
+                CHECK(got.y == want.y);
+                CHECK(got.hn == want.hn);
+                CHECK(got.cn == want.cn);
+                CHECK(got.dx == want.dx);
+                CHECK(got.dh0 == want.dh0);
+                CHECK(got.dc0 == want.dc0);
+                CHECK(got.grads == want.grads);
+                // infer() takes it too, and the next batched forward has N again.
+                CHECK(unbatched.infer(view(p.x, {5, base.input_size}))
+                          .has_shape({5, base.output_size()}));
+                if (!batch_first) {
+                    unbatched.infer(view(p.x, {5, 1, base.input_size}));
+                    CHECK(unbatched.hn().has_shape({base.num_cells(), 1, base.state_size()}));
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("unbatched and batched tensors in one call are refused, naming the form",
+          "[layer_options]") {
+    const Config config{3, 4, 1, false};
+    const std::vector<float> x(15, 0.25f), h(4, 0.5f), dy(20, 0.1f);
+    Lstm layer(config, "basic");
+    // PyTorch refuses the mix too ("For unbatched 2-D input, hx and cx should also be 2-D").
+    CHECK_THROWS_WITH(layer.forward(view(x, {5, 3}), {}, view(h, {1, 1, 4})),
+                      "h0: for one unbatched sequence (x of shape (T, I)) h0 must have shape (1, "
+                      "4), got (1, 1, 4)");
+    CHECK_THROWS_WITH(layer.forward(view(x, {5, 1, 3}), {}, view(h, {1, 4})),
+                      "h0 must have shape (1, 1, 4), got (1, 4)");
+    CHECK_THROWS_WITH(layer.forward(view(x, {5, 4})),
+                      "x: for one unbatched sequence (x of shape (T, I)) x must have shape (5, 3), "
+                      "got (5, 4)");
+    CHECK_THROWS_WITH(layer.forward(view(x, {15})),
+                      "x must have rank 3 (T, N, I) or 2 (T, I: one unbatched sequence), got "
+                      "shape (15)");
+    const std::vector<int64_t> two = {5, 5};
+    CHECK_THROWS_AS(layer.forward(view(x, {5, 3}), Span<const int64_t>(two)), InvalidArgument);
+    layer.forward(view(x, {5, 3}));
+    CHECK_THROWS_WITH(layer.backward(view(dy, {5, 1, 4})),
+                      "dy: for one unbatched sequence (x of shape (T, I)) dy must have shape (5, "
+                      "4), got (5, 1, 4)");
+    CHECK_THROWS_WITH(layer.backward(view(dy, {5, 4}), view(h, {1, 1, 4})),
+                      "dhn: for one unbatched sequence (x of shape (T, I)) dhn must have shape "
+                      "(1, 4), got (1, 1, 4)");
+    CHECK(layer.backward(view(dy, {5, 4})).has_shape({5, 3}));
+}
+
 TEST_CASE("dropout between layers is the reference run layer by layer through the layer's masks",
           "[layer_options]") {
     Config plain{3, 5, 3, true};
