@@ -149,6 +149,15 @@ bool overlaps(const TensorView<A>& a, const TensorView<B>& b) {
     return !a.empty() && !b.empty() && overlaps(a.data(), a.numel(), b.data(), b.numel());
 }
 
+// Refuses a caller's tensor that shares memory with one of the layer's own buffers (`own`, e.g.
+// its parameters()): the call reads or writes that buffer while it runs, so the results would be
+// wrong without a sign.
+template <typename A, typename B>
+void check_apart_from_own(const TensorView<A>& view, const char* fn, const char* name,
+                          const TensorView<B>& own, const char* own_name) {
+    if (overlaps(view, own)) fail(fn, ": ", name, " overlaps the layer's ", own_name);
+}
+
 }  // namespace detail
 
 }  // namespace lstm

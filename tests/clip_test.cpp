@@ -48,4 +48,15 @@ TEST_CASE("clip_grad_norm refuses max_norm <= 0 and, when asked, non-finite grad
     CHECK(h[0] == 0.0);
     CHECK(std::isnan(h[1]));
     CHECK(h[2] == 0.0);
+    // Finite gradients whose squares overflow give an infinite norm too (PyTorch's as well); the
+    // message once said they held NaN or inf.
+    std::vector<double> huge = {1e200, 1e200};
+    CHECK_THROWS_WITH(clip_grad_norm<double>({Span<double>(huge)}, 1.0, true),
+                      Catch::Contains("or their squares overflow a double"));
+    // A span without data was read (SIGSEGV), and a negative size counted as empty.
+    CHECK_THROWS_WITH(clip_grad_norm<double>({Span<double>(huge), Span<double>(nullptr, 3)}, 1.0),
+                      "clip_grad_norm: grads[1] has no data for 3 elements");
+    CHECK_THROWS_WITH(clip_grad_norm<double>({Span<double>(huge.data(), -2)}, 1.0),
+                      "clip_grad_norm: grads[0] has -2 elements; sizes must be >= 0");
+    CHECK(huge[0] == 1e200);
 }

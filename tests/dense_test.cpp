@@ -216,6 +216,22 @@ TEST_CASE("Dense rejects mismatched shapes with messages naming the argument", "
     CHECK_NOTHROW(square.backward(TensorView<const float>(xy.data(), {2, 3}),
                                   TensorView<const float>(both.data(), {2, 3}),
                                   TensorView<float>(both.data() + 6, {2, 3})));
+    // The layer's own buffers as a caller's tensor: a y over the weights the GEMM reads (or x over
+    // the gradients it adds into) came out wrong without a word.
+    const float* weights = square.parameters().data;
+    CHECK_THROWS_WITH(square.forward(TensorView<const float>(xy.data(), {2, 3}),
+                                     TensorView<float>(square.parameters().data, {2, 3})),
+                      "Dense::forward: y overlaps the layer's parameters()");
+    CHECK_THROWS_WITH(square.backward(TensorView<const float>(square.gradients().data, {2, 3}),
+                                      TensorView<const float>(both.data(), {2, 3})),
+                      "Dense::backward: x overlaps the layer's gradients()");
+    CHECK_THROWS_WITH(square.backward(TensorView<const float>(xy.data(), {2, 3}),
+                                      TensorView<const float>(weights + 6, {2, 3})),
+                      "Dense::backward: dy overlaps the layer's parameters()");
+    CHECK_THROWS_WITH(square.backward(TensorView<const float>(xy.data(), {2, 3}),
+                                      TensorView<const float>(both.data(), {2, 3}),
+                                      TensorView<float>(square.parameters().data + 6, {2, 3})),
+                      "Dense::backward: dx overlaps the layer's parameters()");
     CHECK_THROWS_AS(Dense<float>(int64_t(1) << 62, 4), lstm::OutOfMemory);
     CHECK_THROWS_AS(Dense<float>(int64_t(1) << 31, int64_t(1) << 31), lstm::OutOfMemory);
 }

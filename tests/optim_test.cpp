@@ -197,6 +197,45 @@ TEMPLATE_TEST_CASE("Adam's first step moves each parameter by lr times sign(grad
     CHECK(static_cast<double>(late_params[2]) == Approx(-lr).epsilon(1e-5));
 }
 
+TEMPLATE_TEST_CASE("Adam with a small beta1 keeps gradients far smaller than the moment", "[nn]",
+                   float, double) {
+    // Printed by PyTorch 1.13.1: p = zeros(3), Adam([p], lr=0.01, betas=(b1, b2), eps=1e-8),
+    // three steps with the gradients below; p after the last step. With beta1 = 0 the first
+    // moment is the gradient itself, so exp_avg must equal it exactly: stepping m + 1 * (d - m)
+    // rounded a 1e-8 gradient after a gradient of 1 away to m = 0, and p did not move.
+    using T = TestType;
+    const bool is_float = std::is_same_v<T, float>;
+    const std::vector<std::vector<T>> grads = {
+        {T(1.0), T(-2.0), T(0.5)}, {T(1e-8), T(3e-9), T(-1e-7)}, {T(2e-12), T(1.0), T(4e-6)}};
+    struct Case {
+        double beta1, beta2;
+        std::vector<double> torch_float, torch_double;
+    };
+    const Case cases[] = {{0.0,
+                           0.0,
+                           {-0.015001999214291573, -0.0023076925426721573, -0.01088415365666151},
+                           {-0.015001999500079986, -0.0023076922576923085, -0.010884153053230563}},
+                          {0.3,
+                           0.9,
+                           {-0.014537321403622627, 0.00863670650869608, -0.01453742478042841},
+                           {-0.014537321300110328, 0.00863670622173288, -0.014537423226606214}}};
+    for (const Case& c : cases) {
+        INFO("betas (" << c.beta1 << ", " << c.beta2 << ")");
+        Adam<T> adam(AdamOptions{0.01, c.beta1, c.beta2, 1e-8, 0});
+        std::vector<T> params(3, T(0)), g(3);
+        adam.add(Span<T>(params), Span<const T>(g));
+        for (const std::vector<T>& step : grads) {
+            g = step;
+            adam.step();
+            if (c.beta1 == 0)
+                CHECK(std::vector<T>(adam.exp_avg(0).data(), adam.exp_avg(0).data() + 3) == step);
+        }
+        const double tol = is_float ? 1e-6 : 1e-14;
+        LSTM_REQUIRE_CLOSE(lstm::test::compare(
+            "params", params, is_float ? c.torch_float : c.torch_double, tol, tol));
+    }
+}
+
 TEST_CASE("Sgd and Adam update large buffers like the scalar formulas", "[nn]") {
     // Big enough for the OpenMP path; the update is elementwise, so threads cannot change it.
     const size_t n = (size_t(1) << 15) + 3;
@@ -280,6 +319,27 @@ TEST_CASE("Optimizers reject mismatched buffers and invalid options", "[nn]") {
     // Adjacent is not overlapping.
     adam.add(Span<float>(both.data(), 3), Span<const float>(both.data() + 3, 3));
     CHECK(adam.buffer_count() == 1);
+    // A pair sharing memory with a registered one: the same pair twice updated each parameter
+    // twice per step, and params over a registered pair's grads rewrote a gradient (PyTorch
+    // refuses a parameter in two groups).
+    std::vector<float> p2(4), g2(4), other(4);
+    sgd.add(Span<float>(p2), Span<const float>(g2));
+    CHECK_THROWS_WITH(sgd.add(Span<float>(p2), Span<const float>(g2)),
+                      "Sgd::add: params overlap the params of registered buffer 0; each parameter "
+                      "may be registered once");
+    CHECK_THROWS_WITH(sgd.add(Span<float>(p2.data() + 3, 1), Span<const float>(other.data(), 1)),
+                      Catch::Contains("params overlap the params of registered buffer 0"));
+    CHECK_THROWS_WITH(adam.add(Span<float>(both.data() + 3, 3), Span<const float>(other.data(), 3)),
+                      "Adam::add: params overlap the grads of registered buffer 0; a step would "
+                      "rewrite a gradient it reads");
+    CHECK_THROWS_WITH(adam.add(Span<float>(other.data(), 3), Span<const float>(both.data(), 3)),
+                      "Adam::add: grads overlap the params of registered buffer 0; a step would "
+                      "rewrite a gradient it reads");
+    CHECK(sgd.buffer_count() == 1);
+    CHECK(adam.buffer_count() == 1);
+    // Two pairs may read the same gradients (as two optimizers may).
+    adam.add(Span<float>(other.data(), 3), Span<const float>(both.data() + 3, 3));
+    CHECK(adam.buffer_count() == 2);
 
     CHECK_THROWS_WITH(Sgd<float>(SgdOptions{-0.1}), Catch::Contains("lr must be >= 0, got -0.1"));
     CHECK_THROWS_WITH(Sgd<float>(SgdOptions{0.1, 0.9, 0.5, 0, true}),

@@ -48,7 +48,9 @@ template <typename T>
 struct AdamCoefficients {
     T step_size;         // lr / (1 - beta1^s)
     T correction2_sqrt;  // sqrt(1 - beta2^s)
-    T one_minus_beta1;
+    T one_minus_beta1;   // torch.lerp's weight w for the first moment
+    T lerp_rest;         // 1 - w computed in T, as torch.lerp does
+    bool lerp_from_m;    // w < 0.5: torch.lerp steps from m, else back from d
     T beta2;
     T one_minus_beta2;
     T eps;
@@ -68,6 +70,8 @@ inline AdamCoefficients<T> adam_coefficients(double lr, double beta1, double bet
     c.step_size = static_cast<T>(lr / correction1);
     c.correction2_sqrt = static_cast<T>(std::sqrt(correction2));
     c.one_minus_beta1 = static_cast<T>(1.0 - beta1);
+    c.lerp_rest = T(1) - c.one_minus_beta1;
+    c.lerp_from_m = c.one_minus_beta1 < T(0.5);
     c.beta2 = static_cast<T>(beta2);
     c.one_minus_beta2 = static_cast<T>(1.0 - beta2);
     c.eps = static_cast<T>(eps);
@@ -84,7 +88,10 @@ LSTM_HOST_DEVICE void adam_element(int64_t i, T* p, const T* g, T* m, T* v,
     if (c.decay != T(1)) p[i] *= c.decay;
     T d = g[i];
     if (c.weight_decay != T(0)) d += c.weight_decay * p[i];
-    m[i] += c.one_minus_beta1 * (d - m[i]);  // PyTorch's lerp form of beta1 m + (1 - beta1) d
+    // m.lerp_(d, 1 - beta1) as PyTorch 2 writes it (1.13's beta1 m + (1 - beta1) d agrees to
+    // rounding). lerp's two forms keep both ends exact: only stepping from m lost d when beta1 = 0
+    // (m + 1 * (d - m) rounds away a d far smaller than m).
+    m[i] = c.lerp_from_m ? m[i] + c.one_minus_beta1 * (d - m[i]) : d - (d - m[i]) * c.lerp_rest;
     v[i] = c.beta2 * v[i] + c.one_minus_beta2 * d * d;
     p[i] -= c.step_size * (m[i] / (optim_sqrt(v[i]) / c.correction2_sqrt + c.eps));
 }

@@ -24,12 +24,21 @@ template <typename T>
 double clip_grad_norm(std::initializer_list<Span<T>> grads, double max_norm,
                       bool error_if_nonfinite = false) {
     check(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+    int64_t index = 0;
+    for (const Span<T>& g : grads) {
+        check(g.size >= 0, "clip_grad_norm: grads[", index, "] has ", g.size,
+              " elements; sizes must be >= 0");
+        check(g.size == 0 || g.data != nullptr, "clip_grad_norm: grads[", index,
+              "] has no data for ", g.size, " elements");
+        ++index;
+    }
     double squares = 0;
     for (const Span<T>& g : grads)
         for (int64_t i = 0; i < g.size; ++i) squares += static_cast<double>(g[i]) * g[i];
     const double total = std::sqrt(squares);
     check(std::isfinite(total) || !error_if_nonfinite, "clip_grad_norm: the total norm is ", total,
-          "; the gradients hold NaN or inf (error_if_nonfinite)");
+          "; the gradients hold NaN or inf, or their squares overflow a double "
+          "(error_if_nonfinite)");
     // PyTorch's 1e-6 keeps the coefficient finite for a zero norm.
     const double coef = max_norm / (total + 1e-6);
     // Multiplying by 1 changes nothing. A NaN norm gives a NaN coefficient, which (as PyTorch's

@@ -104,6 +104,7 @@ public:
         check_data(y, fn, "y");
         // y is written (the bias first) while x is still read: in place would be wrong silently.
         check(!lstm::detail::overlaps(y, x), fn, ": y must not overlap x");
+        check_apart_from_own(y, fn, "y");
         if (rows == 0) return;
         // Broadcasting the bias into y first lets the GEMM add onto it, saving a pass over y.
         if (bias_) {
@@ -135,6 +136,11 @@ public:
         // overlapping x would overwrite an input the caller passed as const.
         check(!lstm::detail::overlaps(dx, x), fn, ": dx must not overlap x");
         check(!lstm::detail::overlaps(dx, dy), fn, ": dx must not overlap dy");
+        // The weight-gradient GEMM adds into gradients() while it reads x and dy, and dx is
+        // computed from the weights.
+        check_apart_from_own(x, fn, "x");
+        check_apart_from_own(dy, fn, "dy");
+        check_apart_from_own(dx, fn, "dx");
         if (rows == 0) return;
         kernels::cpu::gemm<T>(true, false, out_, in_, rows, T(1), dy.data(), out_, x.data(), in_,
                               T(1), grads_.data(), in_);
@@ -164,6 +170,14 @@ private:
     template <typename U>
     static void check_data(const TensorView<U>& view, const char* fn, const char* name) {
         check(view.numel() == 0 || !view.empty(), fn, ": ", name, " has no data");
+    }
+
+    template <typename U>
+    void check_apart_from_own(const TensorView<U>& view, const char* fn, const char* name) const {
+        const TensorView<const T> params(params_.data(), {parameter_count()});
+        const TensorView<const T> grads(grads_.data(), {parameter_count()});
+        lstm::detail::check_apart_from_own(view, fn, name, params, "parameters()");
+        lstm::detail::check_apart_from_own(view, fn, name, grads, "gradients()");
     }
 
     int64_t in_, out_;

@@ -132,6 +132,7 @@ public:
         check_on_device(y, fn, "y");
         // y is written (the bias first) while x is still read: in place would be wrong silently.
         check(!lstm::detail::overlaps(y, x), fn, ": y must not overlap x");
+        check_apart_from_own(y, fn, "y");
         reserve_rows(rows);
         if (rows == 0) return;
         const T* w = params_.template as<T>();
@@ -157,6 +158,11 @@ public:
         // overlapping x would overwrite an input the caller passed as const.
         check(!lstm::detail::overlaps(dx, x), fn, ": dx must not overlap x");
         check(!lstm::detail::overlaps(dx, dy), fn, ": dx must not overlap dy");
+        // The weight-gradient GEMM adds into gradients() while it reads x and dy, and dx is
+        // computed from the weights.
+        check_apart_from_own(x, fn, "x");
+        check_apart_from_own(dy, fn, "dy");
+        check_apart_from_own(dx, fn, "dx");
         reserve_rows(rows);
         if (rows == 0) return;
         T* g = grads_.template as<T>();
@@ -168,6 +174,11 @@ public:
 
 private:
     static constexpr Device kDev = Device::cuda;
+    template <typename U>
+    void check_apart_from_own(const TensorView<U>& view, const char* fn, const char* name) const {
+        lstm::detail::check_apart_from_own(view, fn, name, parameters(), "parameters()");
+        lstm::detail::check_apart_from_own(view, fn, name, gradients(), "gradients()");
+    }
     static size_t bytes_of(int64_t elements) { return static_cast<size_t>(elements) * sizeof(T); }
     void check_count(const char* fn, int64_t size) const {
         check(size == parameter_count(), "DenseCuda::", fn, ": the host buffer has ", size,

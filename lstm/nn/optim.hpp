@@ -68,6 +68,32 @@ struct OptimTarget {
     cuda::Context* context;  // cuda only
 };
 
+// A new pair must share no memory with a registered one: a parameter in two pairs would be
+// updated twice per step (PyTorch refuses a parameter in two groups), and params over another
+// pair's grads would rewrite a gradient the optimizer reads. `registered` holds Entry-like
+// objects with a `target` member.
+template <typename T, typename Entries>
+void check_apart_from_registered(const char* fn, const OptimTarget<T>& t,
+                                 const Entries& registered) {
+    using lstm::detail::overlaps;
+    for (size_t k = 0; k < registered.size(); ++k) {
+        const OptimTarget<T>& o = registered[k].target;
+        if (o.device != t.device) continue;  // separate memory spaces
+        check(!overlaps(t.params, t.size, o.params, o.size), fn,
+              ": params overlap the params of "
+              "registered buffer ",
+              k, "; each parameter may be registered once");
+        check(!overlaps(t.params, t.size, o.grads, o.size), fn,
+              ": params overlap the grads of "
+              "registered buffer ",
+              k, "; a step would rewrite a gradient it reads");
+        check(!overlaps(t.grads, t.size, o.params, o.size), fn,
+              ": grads overlap the params of "
+              "registered buffer ",
+              k, "; a step would rewrite a gradient it reads");
+    }
+}
+
 // An optimizer state buffer of `count` elements next to the parameters, zeroed once.
 template <typename T>
 Buffer zeroed_state(const OptimTarget<T>& target, int64_t count) {
@@ -145,6 +171,7 @@ private:
     };
 
     void add_target(const detail::OptimTarget<T>& target) {
+        detail::check_apart_from_registered("Sgd::add", target, entries_);
         const int64_t state = options_.momentum != 0 ? target.size : 0;
         entries_.push_back(Entry{target, detail::zeroed_state(target, state), false});
     }
@@ -200,7 +227,8 @@ inline AdamOptions adamw_options(double lr = 1e-3, double weight_decay = 1e-2) {
 // Adam with PyTorch's bias-corrected update, per element, with step count s per buffer:
 //   p *= 1 - lr * weight_decay           (AdamW only; d below then has no weight_decay term)
 //   d = grad + weight_decay * p
-//   m = m + (1 - beta1) * (d - m)        (PyTorch's lerp form of beta1 * m + (1 - beta1) * d)
+//   m = lerp(m, d, 1 - beta1)            (torch.lerp: m + w (d - m) for w < 0.5, else
+//                                         d - (d - m)(1 - w); beta1 m + (1 - beta1) d to rounding)
 //   v = beta2 * v + (1 - beta2) * d * d
 //   p -= lr / (1 - beta1^s) * m / (sqrt(v) / sqrt(1 - beta2^s) + eps)
 // The bias corrections are computed in double, like PyTorch's Python floats; the element math
@@ -275,6 +303,7 @@ private:
     };
 
     void add_target(const detail::OptimTarget<T>& target) {
+        detail::check_apart_from_registered("Adam::add", target, entries_);
         entries_.push_back(Entry{target, detail::zeroed_state(target, target.size),
                                  detail::zeroed_state(target, target.size), 0});
     }
