@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/cpu/environment.hpp"
 #include "lstm/config.hpp"
 #include "lstm/error.hpp"
 #include "lstm/params.hpp"
@@ -247,6 +248,7 @@ inline void check_buffer(const void* data, size_t have, size_t need, const char*
 
 template <typename A>
 void check_common(const Variant& variant, const Config& config, const A& args, DType dtype) {
+    if (variant.device() == Device::cpu) kernels::cpu::check_cpu_environment();
     check(!args.x.empty(), "x must be given, got an empty view");
     check(args.x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", args.x.shape_string());
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);

@@ -11,6 +11,7 @@
 #include "lstm/layer.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
+#include "test_util.hpp"
 
 using namespace lstm;
 using Catch::Contains;
@@ -137,6 +138,30 @@ TEST_CASE("backward requires the reserve and checks gradient shapes", "[errors]"
         b.reserve = f.reserve;
         b.dy = TensorView<const float>(dy.data(), {p.seq_len, p.batch, 5});
         CHECK_THROWS_WITH(v->backward(p.config, b), Contains("dy must have shape (4, 3, 10)"));
+    }
+}
+
+TEST_CASE("a malformed LSTM_TEAM or LSTM_FUSED_ISA is refused by every CPU variant", "[errors]") {
+    // Each was read only by the fused paths that use it, so with basic, onednn or fused's Eigen
+    // path a mistyped setting passed without a word. (LSTM_MAX_CPU_ISA, read once per process,
+    // is checked by tool_cli_lstm_basic_bad_isa_cap.)
+    const Config config{3, 4, 1, false};
+    const std::vector<float> x(2 * 3, 0.5f);
+    const TensorView<const float> xv(x.data(), {2, 1, 3});
+    for (const Variant* v : variants_on(Device::cpu)) {
+        INFO("variant " << v->name());
+        Lstm layer(config, v->name());
+        {
+            const test::EnvScope team("LSTM_TEAM", "adaptve");
+            CHECK_THROWS_WITH(layer.infer(xv),
+                              "LSTM_TEAM = 'adaptve' is not one of adaptive, fixed");
+        }
+        {
+            const test::EnvScope isa("LSTM_FUSED_ISA", "AVX2");
+            CHECK_THROWS_WITH(layer.forward(xv),
+                              "LSTM_FUSED_ISA = 'AVX2' is not one of auto, avx512, avx2, eigen");
+        }
+        CHECK(layer.infer(xv).numel() == 2 * 4);
     }
 }
 

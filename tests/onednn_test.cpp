@@ -5,6 +5,8 @@
 
 #if LSTM_WITH_ONEDNN
 
+#include <omp.h>
+
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>
@@ -12,7 +14,9 @@
 
 #include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/host_info.hpp"
+#include "lstm/layer.hpp"
 #include "lstm/registry.hpp"
+#include "lstm/threads.hpp"
 #include "tolerance.hpp"
 #include "variant_runner.hpp"
 
@@ -270,6 +274,58 @@ TEST_CASE("onednn keeps a plan per proj_size and bias of one shape", "[onednn]")
             check_with_reference(c, run_variant<float>(v, c));
         }
     }
+}
+
+TEST_CASE("onednn gives the reference's numbers whatever team OpenMP grants the call",
+          "[onednn][threads]") {
+    // oneDNN's OpenMP build splits a primitive's work for the thread count it was built under.
+    // With OMP_DYNAMIC (or omp_set_dynamic), with OMP_THREAD_LIMIT below the count, or with a
+    // plan built under another count, a call ran on fewer or more threads than that and y came
+    // out off by 10-20x, the error growing call after call. tests/CMakeLists.txt runs this case
+    // a second time under OMP_THREAD_LIMIT=1.
+    const int saved_threads = omp_get_max_threads(), saved_dynamic = omp_get_dynamic();
+    const int many = 2 * omp_get_num_procs() + 1;  // more than dynamic adjustment grants
+    const Config config{16, 40, 1, true};
+    const LstmCase c = make_case(config, 12, 8, {}, true, 2024);
+    SECTION("dynamic adjustment on, more threads than cores") {
+        omp_set_dynamic(1);
+        set_num_threads(many);
+        for (int call = 0; call < 3; ++call)
+            check_with_reference(c, run_variant<float>(onednn(), c));
+    }
+    SECTION("one shape at several counts in turn") {
+        for (const int threads : {many, 1, 2, many}) {
+            INFO(threads << " threads");
+            set_num_threads(threads);
+            check_with_reference(c, run_variant<float>(onednn(), c));
+        }
+    }
+    SECTION("a layer's forward at one count, its backward at another") {
+        Config layer_config = config;
+        layer_config.num_layers = 2;
+        const LstmCase two = make_case(layer_config, 12, 8, {}, true, 2025);
+        Lstm layer(layer_config, "onednn");
+        const auto x = cast_vector<float>(two.in.x), params = cast_vector<float>(two.in.params);
+        const auto dy = cast_vector<float>(two.out_grads.dy);
+        layer.load_parameters(Span<const float>(params));
+        set_num_threads(many);
+        const TensorView<const float> y =
+            layer.forward(TensorView<const float>(x.data(), {12, 8, config.input_size}));
+        VariantResult got;
+        got.y = std::vector<double>(y.data(), y.data() + y.numel());
+        set_num_threads(1);
+        layer.backward(TensorView<const float>(dy.data(), {12, 8, layer_config.output_size()}), {},
+                       {}, false);
+        got.dparams.assign(layer.gradients().begin(), layer.gradients().end());
+        LstmCase without_states = two;
+        without_states.in.h0.assign(without_states.in.h0.size(), 0.0);
+        without_states.in.c0.assign(without_states.in.c0.size(), 0.0);
+        without_states.out_grads.dhn.assign(without_states.out_grads.dhn.size(), 0.0);
+        without_states.out_grads.dcn.assign(without_states.out_grads.dcn.size(), 0.0);
+        check_with_reference(without_states, got);
+    }
+    omp_set_dynamic(saved_dynamic);
+    set_num_threads(saved_threads);
 }
 
 #endif  // LSTM_WITH_ONEDNN

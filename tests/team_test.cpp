@@ -18,6 +18,7 @@
 
 #include "lstm/error.hpp"
 #include "lstm/threads.hpp"
+#include "test_util.hpp"
 
 using lstm::kernels::cpu::TeamGovernor;
 using lstm::kernels::cpu::TeamMember;
@@ -54,23 +55,9 @@ std::string show(const std::vector<int>& v) {
     return s;
 }
 
-// Sets LSTM_TEAM for the scope (unset: nullptr) and restores it.
-struct EnvScope {
-    std::string saved;
-    bool had;
-    explicit EnvScope(const char* value) : had(getenv("LSTM_TEAM") != nullptr) {
-        if (had) saved = getenv("LSTM_TEAM");
-        if (value)
-            setenv("LSTM_TEAM", value, 1);
-        else
-            unsetenv("LSTM_TEAM");
-    }
-    ~EnvScope() {
-        if (had)
-            setenv("LSTM_TEAM", saved.c_str(), 1);
-        else
-            unsetenv("LSTM_TEAM");
-    }
+// LSTM_TEAM for the scope (unset: nullptr).
+struct EnvScope : lstm::test::EnvScope {
+    explicit EnvScope(const char* value) : lstm::test::EnvScope("LSTM_TEAM", value) {}
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 // Shared helpers of the test suite: deterministic random data and a tolerance comparison that
 // reports the worst offenders (index, got, expected) when it fails.
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +30,28 @@
     } while (0)
 
 namespace lstm::test {
+
+// Sets an environment variable for the scope (nullptr: unset) and restores what it was.
+class EnvScope {
+public:
+    EnvScope(const char* name, const char* value) : name_(name), had_(getenv(name) != nullptr) {
+        if (had_) saved_ = getenv(name);
+        set(value);
+    }
+    ~EnvScope() { set(had_ ? saved_.c_str() : nullptr); }
+    EnvScope(const EnvScope&) = delete;
+    EnvScope& operator=(const EnvScope&) = delete;
+
+private:
+    void set(const char* value) const {
+        if (value)
+            setenv(name_.c_str(), value, 1);
+        else
+            unsetenv(name_.c_str());
+    }
+    std::string name_, saved_;
+    bool had_;
+};
 
 // Whether this process can use a GPU: false in builds without CUDA and on machines (CI) without
 // a device, where CUDA variants are compiled and registered but cannot run.

@@ -83,8 +83,14 @@ lstm_tool_cli_test(ctc_bad_isa_cap 1 "LSTM_MAX_CPU_ISA = 'avx1024' is not one of
 # saying so; the test then reports itself skipped with that message (docs/testing.md).
 set_tests_properties(tool_cli_info_isa_cap PROPERTIES ENVIRONMENT LSTM_MAX_CPU_ISA=sse4
     SKIP_REGULAR_EXPRESSION "is narrower than this build.s CPU kernels allow")
-set_tests_properties(tool_cli_info_bad_isa_cap tool_cli_ctc_bad_isa_cap PROPERTIES
-    ENVIRONMENT LSTM_MAX_CPU_ISA=avx1024)
+# The basic variant does not read the cap, but a malformed one is still refused there (it once
+# ran silently).
+lstm_tool_cli_test(lstm_basic_bad_isa_cap 1 "LSTM_MAX_CPU_ISA = 'avx1024' is not one of all, avx2, sse4"
+    lstm --variant basic --params ${LSTM_TOOL_DATA}/lstm_bi2_varlen.params.safetensors
+    --inputs ${LSTM_TOOL_DATA}/lstm_bi2_varlen.inputs.safetensors
+    --out ${LSTM_TOOL_SCRATCH}/lstm_basic_bad_isa_cap.out.safetensors)
+set_tests_properties(tool_cli_info_bad_isa_cap tool_cli_ctc_bad_isa_cap
+    tool_cli_lstm_basic_bad_isa_cap PROPERTIES ENVIRONMENT LSTM_MAX_CPU_ISA=avx1024)
 lstm_tool_cli_test(lstm_fixture_backward 0 ""
     lstm --params ${LSTM_TOOL_DATA}/lstm_bi2_varlen.params.safetensors
     --inputs ${LSTM_TOOL_DATA}/lstm_bi2_varlen.inputs.safetensors

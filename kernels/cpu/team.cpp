@@ -86,15 +86,15 @@ int64_t run_delay_now() {
     return file.run_delay_ns();
 }
 
-TeamPolicy policy_from_environment() {
+}  // namespace
+
+TeamPolicy team_policy_from_environment() {
     const char* env = std::getenv("LSTM_TEAM");
     if (env == nullptr || *env == '\0' || std::strcmp(env, "adaptive") == 0)
         return TeamPolicy::adaptive;
     if (std::strcmp(env, "fixed") == 0) return TeamPolicy::fixed;
     fail("LSTM_TEAM = '", env, "' is not one of adaptive, fixed");
 }
-
-}  // namespace
 
 void TeamUsage::add(int64_t lost_ns, int64_t preemptions) {
     lost_ns_.fetch_add(lost_ns, std::memory_order_relaxed);
@@ -143,7 +143,7 @@ TeamPolicy TeamGovernor::policy() const {
         const std::lock_guard<std::mutex> lock(mutex_);
         policy = policy_;
     }
-    return policy == TeamPolicy::automatic ? policy_from_environment() : policy;
+    return policy == TeamPolicy::automatic ? team_policy_from_environment() : policy;
 }
 
 int TeamGovernor::team_size(int max_threads) {

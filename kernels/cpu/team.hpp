@@ -62,6 +62,10 @@ private:
 
 enum class TeamPolicy { automatic, adaptive, fixed };
 
+// LSTM_TEAM: unset, empty or "adaptive" -> adaptive; "fixed". Throws lstm::InvalidArgument
+// naming the variable for anything else.
+TeamPolicy team_policy_from_environment();
+
 class TeamGovernor {
 public:
     // Team size for the next region, 1..max_threads.

@@ -75,6 +75,7 @@
 #include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/crew.hpp"
+#include "kernels/cpu/environment.hpp"
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/team.hpp"
@@ -84,23 +85,11 @@
 
 namespace lstm::cpu {
 
-// Instruction set of the fused variant's float path.
-enum class FusedIsa { automatic, avx512, avx2, eigen };
-
 namespace fused_detail {
 
 inline std::atomic<int>& isa_override() {
     static std::atomic<int> value{static_cast<int>(FusedIsa::automatic)};
     return value;
-}
-
-inline FusedIsa parse_isa_env() {
-    const char* env = std::getenv("LSTM_FUSED_ISA");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return FusedIsa::automatic;
-    if (std::strcmp(env, "avx512") == 0) return FusedIsa::avx512;
-    if (std::strcmp(env, "avx2") == 0) return FusedIsa::avx2;
-    if (std::strcmp(env, "eigen") == 0) return FusedIsa::eigen;
-    fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, avx2, eigen");
 }
 
 // The avx2 path needs the instructions (AVX2, FMA) and Highway's AVX2 target in lstm_cpu, whose
@@ -142,7 +131,7 @@ inline void set_fused_isa(FusedIsa isa) {
 // The instruction set the next float call of the fused variant uses: avx512, avx2 or eigen.
 inline FusedIsa fused_isa() {
     FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
-    if (isa == FusedIsa::automatic) isa = fused_detail::parse_isa_env();
+    if (isa == FusedIsa::automatic) isa = kernels::cpu::fused_isa_from_environment();
     if (isa == FusedIsa::avx512 && !fused_isa_available(isa))
         fail_as<Unsupported>("LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F",
                              kernels::cpu::isa_cap_note());

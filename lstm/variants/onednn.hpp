@@ -55,7 +55,16 @@
 // layer group, measured with oneDNN 2.6. Calls on the same (config, T, N) through one variant
 // object run one at a time, because they share those memory objects; calls on different
 // shapes run concurrently.
-// Threads: oneDNN's own OpenMP parallelism (Debian builds it with the OpenMP runtime).
+// Threads: oneDNN's own OpenMP parallelism (Debian builds it with the OpenMP runtime). oneDNN
+// splits a primitive's work for the thread count it was built under and computes wrong numbers
+// when a call's parallel region gets another (measured with oneDNN 2.6: y off by 10-20x under
+// OMP_DYNAMIC=true or OMP_THREAD_LIMIT below the count). So each call runs under a FullTeam
+// (dynamic adjustment off, the count capped at the thread limit, both restored after), and plans
+// are kept per thread count: a shape built under 8 threads is not run by a caller asking for 1.
+// What this cannot see: concurrent OpenMP teams of one process that together exceed an
+// explicit OMP_THREAD_LIMIT (libgomp then shrinks a team while it starts).
+
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -229,12 +238,35 @@ struct GroupPlan {
     BackwardPlan backward;
 };
 
-// Everything one (config, T, N) needs; the config, compared whole, includes proj_size and bias,
-// which change the primitives. `mutex` is held for a whole call, since the Bound memory objects
-// are re-pointed at the call's buffers.
+// The calling thread's OpenMP team, made what oneDNN assumes for the guard's lifetime: exactly
+// threads() threads in every parallel region it opens (see the file comment). Restores the
+// caller's dynamic setting and thread count.
+class FullTeam {
+public:
+    FullTeam() : dynamic_(omp_get_dynamic()), asked_(omp_get_max_threads()) {
+        omp_set_dynamic(0);
+        threads_ = std::min(asked_, omp_get_thread_limit());
+        if (threads_ != asked_) omp_set_num_threads(threads_);
+    }
+    ~FullTeam() {
+        omp_set_dynamic(dynamic_);
+        if (threads_ != asked_) omp_set_num_threads(asked_);
+    }
+    FullTeam(const FullTeam&) = delete;
+    FullTeam& operator=(const FullTeam&) = delete;
+    int threads() const { return threads_; }
+
+private:
+    int dynamic_, asked_, threads_;
+};
+
+// Everything one (config, T, N) needs under one thread count; the config, compared whole,
+// includes proj_size and bias, which change the primitives. `mutex` is held for a whole call,
+// since the Bound memory objects are re-pointed at the call's buffers.
 struct Plan {
     Config config;
     int64_t seq_len = 0, batch = 0;
+    int threads = 0;
     std::vector<GroupPlan> groups;
     dnnl::engine engine;
     dnnl::stream stream;
@@ -625,7 +657,8 @@ protected:
                                int64_t batch) const override {
         using namespace onednn_detail;
         if (dtype != DType::f32) return 0;
-        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch);
+        const FullTeam team;
+        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch, team);
         size_t most = 0;
         for (Pass pass : {Pass::training, Pass::inference, Pass::backward}) {
             detail::Carver carve(nullptr);
@@ -639,7 +672,8 @@ protected:
                              int64_t batch) const override {
         using namespace onednn_detail;
         if (dtype != DType::f32) return 0;
-        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch);
+        const FullTeam team;
+        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch, team);
         detail::Carver carve(nullptr);
         carve_reserve(carve, *plan);
         return carve.bytes();
@@ -651,14 +685,16 @@ protected:
 
     void run_forward(const Config& config, const ForwardArgs<float>& args) const override {
         using namespace onednn_detail;
-        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1));
+        const FullTeam team;
+        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1), team);
         std::lock_guard<std::mutex> lock(plan->mutex);
         onednn_call(config, "in the LSTM forward", [&] { forward_pass(*plan, args); });
     }
 
     void run_backward(const Config& config, const BackwardArgs<float>& args) const override {
         using namespace onednn_detail;
-        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1));
+        const FullTeam team;
+        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1), team);
         std::lock_guard<std::mutex> lock(plan->mutex);
         onednn_call(config, "in the LSTM backward", [&] { backward_pass(*plan, args); });
     }
@@ -843,16 +879,19 @@ private:
         }
     }
 
-    // The cached plan of (config, T, N), built on first request. Moves it to the front of the
+    // The cached plan of (config, T, N) under the team's thread count, built on first request
+    // (the caller holds `team` until its oneDNN calls return). Moves it to the front of the
     // most-recently-used list and drops the oldest beyond kMaxPlans; a dropped plan lives on
     // until the calls holding it return.
     std::shared_ptr<onednn_detail::Plan> plan_for(const Config& config, int64_t seq_len,
-                                                  int64_t batch) const {
+                                                  int64_t batch,
+                                                  const onednn_detail::FullTeam& team) const {
         using namespace onednn_detail;
         std::lock_guard<std::mutex> lock(cache_mutex_);
         for (size_t k = 0; k < plans_.size(); ++k) {
             const Plan& p = *plans_[k];
-            if (p.config == config && p.seq_len == seq_len && p.batch == batch) {
+            if (p.config == config && p.seq_len == seq_len && p.batch == batch &&
+                p.threads == team.threads()) {
                 std::rotate(plans_.begin(), plans_.begin() + k, plans_.begin() + k + 1);
                 return plans_.front();
             }
@@ -862,6 +901,7 @@ private:
         plan->config = config;
         plan->seq_len = seq_len;
         plan->batch = batch;
+        plan->threads = team.threads();
         onednn_call(config, "creating the LSTM primitive descriptors", [&] {
             if (!engine_) engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
             plan->engine = engine_;
