@@ -22,12 +22,10 @@ set(LSTM_TOOL_DATA ${CMAKE_CURRENT_SOURCE_DIR}/data)
 set(LSTM_TOOL_SCRATCH ${CMAKE_CURRENT_BINARY_DIR}/tool_cli)
 file(MAKE_DIRECTORY ${LSTM_TOOL_SCRATCH})
 
+include(${PROJECT_SOURCE_DIR}/cmake/lstm_expect_test.cmake)
 # lstm_tool_cli_test(<name> <expected exit code> <output regex> <args>...)
 function(lstm_tool_cli_test name rc regex)
-    add_test(NAME tool_cli_${name}
-        COMMAND ${CMAKE_COMMAND} -DTOOL=$<TARGET_FILE:lstm_tool> "-DARGS=${ARGN}"
-            -DEXPECT_RC=${rc} "-DEXPECT_OUTPUT=${regex}"
-            -P ${CMAKE_CURRENT_SOURCE_DIR}/tool/expect.cmake)
+    lstm_expect_test(tool_cli_${name} ${rc} "${regex}" $<TARGET_FILE:lstm_tool> ${ARGN})
     set_tests_properties(tool_cli_${name} PROPERTIES LABELS tool)
 endfunction()
 
