@@ -118,6 +118,8 @@ void print_help() {
         "                               0, at most 16 per processor): how the cases cope with a\n"
         "                               shared machine\n"
         "  Each flag at most once, its value after '='.\n"
+        "\nExit status: 0 every case ran or cannot run here (reported with its reason), 1 a case\n"
+        "failed (ERROR OCCURRED: a reference check, a non-finite loss, an exception), 2 usage.\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
         "--benchmark_report_aggregates_only=true.\n"
         "\nBefore the cases run, this machine's fp32 FMA peak is measured for every CPU thread\n"
