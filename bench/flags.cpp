@@ -122,10 +122,11 @@ void print_help() {
         "failed (ERROR OCCURRED: a reference check, a non-finite loss, an exception), 2 usage.\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
         "--benchmark_report_aggregates_only=true.\n"
-        "\nBefore the cases run, this machine's fp32 FMA peak is measured for every CPU thread\n"
-        "count the cases use (about 0.2 s each); CPU cases report peak_frac = GFLOP/s / that\n"
-        "peak. The context printed first names the CPU, its instruction sets and the path each\n"
-        "variant takes on it (docs/benchmarks.md, \"Peak and paths\").\n",
+        "\nBefore the cases run (not when they are only listed), this machine's fp32 FMA peak is\n"
+        "measured for every CPU thread count the cases use (about 0.2 s each); CPU cases report\n"
+        "peak_frac = GFLOP/s / that peak. The context printed first names the CPU, its\n"
+        "instruction sets and the path each variant takes on it (docs/benchmarks.md, \"Peak and\n"
+        "paths\").\n",
         all_cpu_threads());
 }
 
