@@ -282,6 +282,15 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
                           "missing required option --out");
     LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", params, "--inputs", inputs, "--out"}), 2,
                           "option --out needs a value");
+    // The next option is not a value: it would have written a file named "--backward".
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"lstm", "--params", params, "--inputs", inputs, "--out", "--backward"}), 2,
+        "option --out needs a value, got the option '--backward' (a value that starts with '--' "
+        "goes as --out=VALUE)");
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--help=yes"}), 2,
+                          "option --help takes no value, got '--help=yes'");
+    LSTM_CHECK_TOOL_ERROR(invoke({"info", "--", params}), 2,
+                          "unknown option '--' (there is no end-of-options marker");
     LSTM_CHECK_TOOL_ERROR(
         invoke({"lstm", "--params", params, "--params", params, "--inputs", inputs, "--out", out}),
         2, "--params is given more than once");

@@ -44,6 +44,15 @@ lstm_tool_cli_test(missing_file 2 "does not exist"
     lstm --params ${LSTM_TOOL_SCRATCH}/no_such_file.safetensors
     --inputs ${LSTM_TOOL_DATA}/lstm_uni1.inputs.safetensors --out ${LSTM_TOOL_SCRATCH}/o.st)
 lstm_tool_cli_test(ctc_unknown_option 2 "unknown option '--blanks'" ctc --blanks 3)
+# A value-taking option followed by another option lacks its value (it wrote a file named
+# "--backward"); --help takes none; "--" is no end-of-options marker here.
+lstm_tool_cli_test(option_as_value 2 "option --out needs a value, got the option '--backward'"
+    lstm --params ${LSTM_TOOL_DATA}/lstm_uni1.params.safetensors
+    --inputs ${LSTM_TOOL_DATA}/lstm_uni1.inputs.safetensors --out --backward)
+lstm_tool_cli_test(help_with_value 2 "option --help takes no value, got '--help=yes'"
+    lstm --help=yes)
+lstm_tool_cli_test(double_dash 2 "unknown option '--' \\(there is no end-of-options marker"
+    info -- ${LSTM_TOOL_DATA}/lstm_uni1.params.safetensors)
 lstm_tool_cli_test(info_missing_file 2 "does not exist" info ${LSTM_TOOL_SCRATCH}/nope.st)
 lstm_tool_cli_test(bad_device 2 "--device must be cpu or cuda"
     lstm --params ${LSTM_TOOL_DATA}/lstm_uni1.params.safetensors
