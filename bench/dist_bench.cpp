@@ -61,8 +61,8 @@ void print_dist_help() {
         "                               processor, %d here)\n"
         "  [--lstm_steps=N]             timed training steps per case (default: 3); fixed, since\n"
         "                               every rank must run the same number of collectives\n"
-        "  [--lstm_warmup_steps=N]      untimed steps per case before timing (default: 1; 0\n"
-        "                               times the first step, buffers faulted in and all)\n",
+        "  [--lstm_warmup_steps=N]      untimed steps per case before timing (default: 1; with\n"
+        "                               0 the first timed step also faults in the buffers)\n",
         max_cpu_workers());
 }
 

@@ -29,7 +29,7 @@ constexpr int64_t kIsolatedEpochs = 20, kConnectedEpochs = 40;
 // Bounds that keep every count inside the types it is used in: the schedule's steps (epochs x
 // steps per epoch, at most one step per utterance) in int64, --threads in the int of
 // set_num_threads, at most 16 per processor as lstm_bench allows (beyond that a run measures the
-// scheduler). A million epochs of even the smallest data set is years of training.
+// scheduler). A million epochs is far beyond any use (the tasks' defaults are 20 and 40).
 constexpr int64_t kMaxEpochs = 1000000, kMaxThreadsPerProcessor = 16;
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
@@ -72,8 +72,8 @@ double parse_real(const std::string& flag, const char* text, double min, double 
 // Refuses, before any work, an output path the run could not write at its end: training would
 // otherwise run to completion and then lose its result. Outputs are written beside the target
 // and renamed over it (lstm::io::write_safetensors), so what must hold is that the path is not a
-// directory and that its directory takes a new file, which a probe file there shows (access()
-// would pass everything for root, also on a read-only file system).
+// directory and that its directory takes a new file. A probe file there shows that whatever could
+// stop it; access() answers from permission bits, which root passes.
 void check_writable(const std::string& flag, const std::string& path) {
     namespace fs = std::filesystem;
     std::error_code ec;
