@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "case_failures.hpp"
 #include "kernels/common/gates.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "lstm/detail/random.hpp"
@@ -35,9 +36,8 @@ void time_activations(benchmark::State& state, int64_t target) {
         const double s = kernels::sigmoid(static_cast<double>(x[i]));
         const double t = kernels::tanh_act(static_cast<double>(x[i]));
         if (std::abs(sig[i] - s) > kRtol * s || std::abs(th[i] - t) > kRtol * std::abs(t)) {
-            state.SkipWithError(("sigmoid or tanh of " + std::to_string(x[i]) +
-                                 " off the double value by more than 4e-7 relative")
-                                    .c_str());
+            fail_case(state, "sigmoid or tanh of " + std::to_string(x[i]) +
+                                 " off the double value by more than 4e-7 relative");
             return;
         }
     }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "braun.hpp"
+#include "case_failures.hpp"
 #include "cuda_bench.hpp"
 #include "flops.hpp"
 #include "host_context.hpp"
@@ -86,7 +87,7 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     const BraunData data = make_braun_data(s);
     nn::SequenceModel<float> model(m, c.variant->name(), c.variant->device(), kBraunModelSeed);
     if (auto why = braun_reference_verdict(s, *c.variant, m, model, data)) {
-        state.SkipWithError(why->c_str());
+        fail_case(state, *why);
         return;
     }
 
@@ -105,7 +106,7 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
         timer.stop(state);
         // A diverged step would time a different computation (NaN propagation), not training.
         if (!std::isfinite(loss)) {
-            state.SkipWithError(("training step produced loss " + std::to_string(loss)).c_str());
+            fail_case(state, "training step produced loss " + std::to_string(loss));
             break;
         }
         benchmark::DoNotOptimize(loss);
@@ -144,7 +145,7 @@ void run_case(benchmark::State& state, const BraunCase& c) {
     try {
         time_training_steps(state, c);
     } catch (const std::exception& e) {
-        state.SkipWithError(e.what());
+        fail_case(state, e.what());
     }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "braun.hpp"
+#include "case_failures.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "lstm/detail/aligned_buffer.hpp"
 #include "lstm/detail/random.hpp"
@@ -98,7 +99,7 @@ void time_ctc(benchmark::State& state, int threads) {
     void* ws = workspace.reserve(bytes);
     const float first = loss::ctc_loss(args, out, ws, bytes);
     if (auto why = check_ctc(b, first, grad)) {
-        state.SkipWithError(("reference check: " + *why).c_str());
+        fail_case(state, "reference check: " + *why);
         return;
     }
     for (auto _ : state) benchmark::DoNotOptimize(loss::ctc_loss(args, out, ws, bytes));
@@ -121,7 +122,7 @@ void register_ctc_cases(const BenchFlags& flags) {
                                              try {
                                                  time_ctc(state, threads);
                                              } catch (const std::exception& e) {
-                                                 state.SkipWithError(e.what());
+                                                 fail_case(state, e.what());
                                              }
                                              kernels::cpu::restrict_simd_to_avx2(false);
                                          })

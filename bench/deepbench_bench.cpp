@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "case_failures.hpp"
 #include "cuda_bench.hpp"
 #include "flops.hpp"
 #include "host_context.hpp"
@@ -278,7 +279,7 @@ private:
 void time_pass(benchmark::State& state, const DeepBenchCase& c) {
     Problem p(c.shape, *c.variant);
     if (auto why = cached_reference_check(c, p)) {
-        state.SkipWithError(why->c_str());
+        fail_case(state, *why);
         return;
     }
     // Warm-up: the case's own chain (buffers faulted in, packed weights, plans and caches as in
@@ -326,7 +327,7 @@ void run_case(benchmark::State& state, const DeepBenchCase& c) {
     try {
         time_pass(state, c);
     } catch (const std::exception& e) {
-        state.SkipWithError(e.what());
+        fail_case(state, e.what());
     }
 }
 

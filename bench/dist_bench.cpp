@@ -7,10 +7,9 @@
 //
 //   mpirun -n 2 --bind-to none -x OMP_NUM_THREADS=1 lstm_dist_bench --lstm_threads=1
 //
-// Flags (besides Google Benchmark's): --lstm_threads=K CPU threads per rank (default 1),
-// --lstm_steps=N timed steps per case (default 3), --lstm_warmup_steps=N untimed steps first
-// (default 1). Iteration counts are fixed, not chosen by Google Benchmark, because every rank
-// must run the same number of steps (each is a collective). Only rank 0 prints.
+// Flags besides Google Benchmark's: print_dist_help below (docs/distributed.md has the same
+// table). Iteration counts are fixed, not chosen by Google Benchmark, because every rank must run
+// the same number of steps (each is a collective). Only rank 0 prints.
 
 #include <benchmark/benchmark.h>
 #include <mpi.h>
@@ -18,13 +17,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "braun.hpp"
+#include "flags.hpp"
 #include "lstm/dist/abort.hpp"
 #include "lstm/dist/data_parallel.hpp"
 #include "lstm/dist/mpi_backend.hpp"
@@ -40,25 +40,40 @@ struct DistFlags {
     int threads = 1, steps = 3, warmup_steps = 1;
 };
 
-// Consumes the --lstm_* flags of argv (the rest goes to Google Benchmark).
+// Consumes the --lstm_* flags of argv (the rest goes to Google Benchmark); throws
+// std::invalid_argument naming a bad one, as lstm_bench does. Every rank sees the same command
+// line, so every rank refuses it alike.
 DistFlags parse_dist_flags(int* argc, char** argv) {
     DistFlags f;
-    int kept = 1;
-    for (int k = 1; k < *argc; ++k) {
-        const std::string a = argv[k];
-        auto value = [&](const char* prefix, int& out) {
-            if (a.rfind(prefix, 0) != 0) return false;
-            out = std::atoi(a.c_str() + std::strlen(prefix));
-            check(out >= 1, prefix, " must be >= 1, got '", a, "'");
-            return true;
-        };
-        if (value("--lstm_threads=", f.threads) || value("--lstm_steps=", f.steps) ||
-            value("--lstm_warmup_steps=", f.warmup_steps))
-            continue;
-        argv[kept++] = argv[k];
-    }
-    *argc = kept;
+    constexpr int kMaxSteps = std::numeric_limits<int>::max();
+    consume_int_flags(argc, argv,
+                      {{"--lstm_threads", 1, max_cpu_workers(), &f.threads},
+                       {"--lstm_steps", 1, kMaxSteps, &f.steps},
+                       {"--lstm_warmup_steps", 0, kMaxSteps, &f.warmup_steps}});
     return f;
+}
+
+void print_dist_help() {
+    benchmark::PrintDefaultHelp();
+    std::printf(
+        "\nlstm_dist_bench flags (run it under mpirun; only rank 0 prints):\n"
+        "  [--lstm_threads=K]           CPU threads per rank (default: 1; at most 16 per\n"
+        "                               processor, %d here)\n"
+        "  [--lstm_steps=N]             timed training steps per case (default: 3); fixed, since\n"
+        "                               every rank must run the same number of collectives\n"
+        "  [--lstm_warmup_steps=N]      untimed steps per case before timing (default: 1; with\n"
+        "                               0 the first timed step also faults in the buffers)\n",
+        max_cpu_workers());
+}
+
+// Google Benchmark answers --help (and --help=...) by printing and calling exit(0), which under
+// mpirun ends the rank without MPI_Finalize, and mpirun then reports the job as failed.
+bool asks_for_help(int argc, char** argv) {
+    for (int k = 1; k < argc; ++k) {
+        const std::string_view arg = argv[k];
+        if (arg == "--help" || arg.substr(0, 7) == "--help=") return true;
+    }
+    return false;
 }
 
 nn::ModelConfig model_config(const BraunScenario& s) {
@@ -142,8 +157,25 @@ int main(int argc, char** argv) {
     dist::MpiEnvironment mpi(&argc, &argv);
     dist::MpiBackend host;
     dist::Communicator comm(host);
+    // Usage errors end every rank alike with status 2 (each rank parses the same command line),
+    // and MPI is finalised normally on the way out.
+    if (bench::asks_for_help(argc, argv)) {
+        if (comm.rank() == 0) bench::print_dist_help();
+        return 0;
+    }
+    bench::DistFlags flags;
+    try {
+        flags = bench::parse_dist_flags(&argc, argv);
+    } catch (const std::exception& e) {
+        if (comm.rank() == 0) std::fprintf(stderr, "lstm_dist_bench: %s\n", e.what());
+        return 2;
+    }
+    benchmark::Initialize(&argc, argv, bench::print_dist_help);
+    if (argc > 1) {
+        if (comm.rank() == 0) benchmark::ReportUnrecognizedArguments(argc, argv);
+        return 2;
+    }
     return dist::run_or_abort(comm, [&] {
-        const bench::DistFlags flags = bench::parse_dist_flags(&argc, argv);
         for (const bench::BraunScenario& s : bench::braun_scenarios()) {
             for (const Variant* v : variants_on(Device::cpu)) {
                 // Skipped alike on every rank (the decision depends on nothing rank-local).
@@ -166,7 +198,6 @@ int main(int argc, char** argv) {
                 }
             }
         }
-        benchmark::Initialize(&argc, argv);
         if (comm.rank() == 0) {
             benchmark::RunSpecifiedBenchmarks();
         } else {

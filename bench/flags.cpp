@@ -2,77 +2,103 @@
 
 #include <benchmark/benchmark.h>
 
-#include <charconv>
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "threads.hpp"
+#include "tools/parse_int.hpp"
 
 namespace lstm::bench {
 
 namespace {
 
 constexpr std::string_view kPrefix = "--lstm_";
-constexpr std::string_view kThreads = "--lstm_threads=";
-constexpr std::string_view kWarmup = "--lstm_warmup_steps=";
-constexpr std::string_view kBusy = "--lstm_busy_processes=";
-// Beyond this many threads or busy processes per processor a case measures nothing but the
-// scheduler, and that many spinning processes would leave the machine unusable for the run.
 constexpr int kMaxPerProcessor = 16;
-
-int parse_int(std::string_view text, std::string_view flag, int min, int max) {
-    int value = 0;
-    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (err != std::errc() || end != text.data() + text.size() || value < min || value > max)
-        throw std::invalid_argument(std::string(flag) + " expects integers from " +
-                                    std::to_string(min) + " to " + std::to_string(max) + ", got '" +
-                                    std::string(text) + "'");
-    return value;
-}
-
-std::vector<int> parse_int_list(std::string_view text, std::string_view flag, int min, int max) {
-    std::vector<int> out;
-    for (size_t start = 0;;) {
-        const size_t comma = text.find(',', start);
-        out.push_back(parse_int(text.substr(start, comma - start), flag, min, max));
-        if (comma == std::string_view::npos) return out;
-        start = comma + 1;
-    }
-}
 
 bool starts_with(std::string_view text, std::string_view prefix) {
     return text.substr(0, prefix.size()) == prefix;
 }
 
+// One item of `arg`'s value (`whole`: the value is that one item). An empty item or one of a
+// list, quoted alone ("got ''"), would not say which argument held it, so then the message quotes
+// the whole argument too.
+int parse_item(const IntFlag& flag, std::string_view arg, std::string_view item, bool whole) {
+    if (const auto value = cli::parse_int(item, flag.min, flag.max)) return *value;
+    std::string message = cli::int_range_message(flag.name, flag.min, flag.max, item);
+    if (item.empty() || !whole) message += " in '" + std::string(arg) + "'";
+    throw std::invalid_argument(message);
+}
+
+void parse_flag(const IntFlag& flag, std::string_view arg) {
+    const std::string_view text = arg.substr(flag.name.size() + 1);
+    if (flag.value != nullptr) {
+        *flag.value = parse_item(flag, arg, text, true);
+        return;
+    }
+    std::vector<int> values;
+    for (size_t start = 0;;) {
+        const size_t comma = text.find(',', start);
+        const std::string_view item = text.substr(start, comma - start);
+        const int value = parse_item(flag, arg, item, item.size() == text.size());
+        // Each item registers its cases; a repeat would run and report every one of them twice.
+        if (std::find(values.begin(), values.end(), value) != values.end())
+            throw std::invalid_argument(std::string(flag.name) + " lists " + std::to_string(value) +
+                                        " twice in '" + std::string(arg) + "'");
+        values.push_back(value);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    *flag.list = std::move(values);
+}
+
 }  // namespace
 
-BenchFlags parse_bench_flags(int* argc, char** argv) {
-    BenchFlags flags;
+int max_cpu_workers() { return kMaxPerProcessor * all_cpu_threads(); }
+
+void consume_int_flags(int* argc, char** argv, const std::vector<IntFlag>& flags) {
+    std::vector<std::string_view> given;
     int kept = 1;  // argv[0] stays
     for (int i = 1; i < *argc; ++i) {
         const std::string_view arg = argv[i];
-        if (starts_with(arg, kThreads)) {
-            flags.threads = parse_int_list(arg.substr(kThreads.size()), "--lstm_threads", 1,
-                                           kMaxPerProcessor * all_cpu_threads());
-            flags.threads_given = true;
-        } else if (starts_with(arg, kWarmup)) {
-            flags.warmup_steps = parse_int(arg.substr(kWarmup.size()), "--lstm_warmup_steps", 0,
-                                           std::numeric_limits<int>::max());
-        } else if (starts_with(arg, kBusy)) {
-            flags.busy_processes = parse_int(arg.substr(kBusy.size()), "--lstm_busy_processes", 0,
-                                             kMaxPerProcessor * all_cpu_threads());
-        } else if (starts_with(arg, kPrefix)) {
+        if (!starts_with(arg, kPrefix)) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        const std::string_view name = arg.substr(0, arg.find('='));
+        const auto flag = std::find_if(flags.begin(), flags.end(),
+                                       [&](const IntFlag& f) { return f.name == name; });
+        if (flag == flags.end())
             throw std::invalid_argument("unknown flag '" + std::string(arg) +
                                         "' (see --help for the --lstm_* flags)");
-        } else {
-            argv[kept++] = argv[i];
-        }
+        // Google Benchmark's flags take "--name VALUE" nowhere either; the VALUE would be left
+        // over as an unrecognised argument.
+        if (name == arg)
+            throw std::invalid_argument("flag " + std::string(name) +
+                                        " takes its value after '=' (" + std::string(name) +
+                                        "=VALUE), got '" + std::string(arg) + "'");
+        // The last one would win without a word, hiding which value a run used.
+        if (std::find(given.begin(), given.end(), name) != given.end())
+            throw std::invalid_argument("flag " + std::string(name) + " is given more than once");
+        given.push_back(name);
+        parse_flag(*flag, arg);
     }
     *argc = kept;
     argv[kept] = nullptr;  // argv is null-terminated by the C standard; keep it so
+}
+
+BenchFlags parse_bench_flags(int* argc, char** argv) {
+    BenchFlags flags;
+    consume_int_flags(
+        argc, argv,
+        {{"--lstm_threads", 1, max_cpu_workers(), nullptr, &flags.threads},
+         {"--lstm_warmup_steps", 0, std::numeric_limits<int>::max(), &flags.warmup_steps},
+         {"--lstm_busy_processes", 0, max_cpu_workers(), &flags.busy_processes}});
+    flags.threads_given = !flags.threads.empty();
     if (flags.threads.empty()) flags.threads = {all_cpu_threads()};
     return flags;
 }
@@ -91,12 +117,16 @@ void print_help() {
         "  [--lstm_busy_processes=N]    N competing processes spin for the whole run (default\n"
         "                               0, at most 16 per processor): how the cases cope with a\n"
         "                               shared machine\n"
+        "  Each flag at most once, its value after '='.\n"
+        "\nExit status: 0 every case ran or cannot run here (reported with its reason), 1 a case\n"
+        "failed (ERROR OCCURRED: a reference check, a non-finite loss, an exception), 2 usage.\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
         "--benchmark_report_aggregates_only=true.\n"
-        "\nBefore the cases run, this machine's fp32 FMA peak is measured for every CPU thread\n"
-        "count the cases use (about 0.2 s each); CPU cases report peak_frac = GFLOP/s / that\n"
-        "peak. The context printed first names the CPU, its instruction sets and the path each\n"
-        "variant takes on it (docs/benchmarks.md, \"Peak and paths\").\n",
+        "\nBefore the cases run (not when they are only listed), this machine's fp32 FMA peak is\n"
+        "measured for every CPU thread count the cases use (about 0.2 s each); CPU cases report\n"
+        "peak_frac = GFLOP/s / that peak. The context printed first names the CPU, its\n"
+        "instruction sets and the path each variant takes on it (docs/benchmarks.md, \"Peak and\n"
+        "paths\").\n",
         all_cpu_threads());
 }
 

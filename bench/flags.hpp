@@ -1,8 +1,10 @@
 #pragma once
 
-// lstm_bench's own command-line flags. They are parsed (and removed from argv) before
-// benchmark::Initialize, which would otherwise reject them as unknown.
+// lstm_bench's own command-line flags, and the parser lstm_dist_bench shares for its own. They
+// are parsed (and removed from argv) before benchmark::Initialize, which would otherwise reject
+// them as unknown.
 
+#include <string_view>
 #include <vector>
 
 #include "lstm/tensor.hpp"
@@ -32,6 +34,27 @@ struct BenchFlags {
 inline int warmup_repeats(const BenchFlags& flags, Device device) {
     return flags.warmup_steps + (device == Device::cuda ? 1 : 0);
 }
+
+// One --lstm_NAME=VALUE flag with integer values in [min, max]: one value, stored in *value, or
+// a comma-separated list of distinct values, stored in *list (exactly one of the two is set).
+struct IntFlag {
+    std::string_view name;  // with its leading "--", e.g. "--lstm_threads"
+    int min, max;
+    int* value = nullptr;
+    std::vector<int>* list = nullptr;
+};
+
+// Removes every --lstm_* argument from argv (shifting the rest down and updating *argc; argv stays
+// null-terminated) and stores its value through its flag in `flags`; a flag not given keeps what
+// it points to. Throws std::invalid_argument naming the argument when it is not one of `flags`,
+// has no "=VALUE", is given twice, has a value that is not an integer in range, or repeats a list
+// item: each would otherwise run something other than what was asked for.
+void consume_int_flags(int* argc, char** argv, const std::vector<IntFlag>& flags);
+
+// The most CPU threads per rank or busy processes a flag may ask for: beyond 16 per processor a
+// case measures nothing but the scheduler, and that many spinning processes would leave the
+// machine unusable for the run.
+int max_cpu_workers();
 
 // Consumes every --lstm_* argument of argv (shifting the rest down and updating *argc); throws
 // std::invalid_argument naming the flag when one is unknown or malformed.

@@ -13,7 +13,8 @@ namespace lstm::bench {
 // Measures the FMA peak for each of `cpu_thread_counts` and adds to Google Benchmark's context
 // (printed before the first case, and under "context" in the JSON): cpu_model, cpu_isa,
 // simd_target, eigen_isa, fma_peak/threads:K for every K, and path:<variant>/<device> for every
-// registered variant plus path:ctc/cpu. Call before benchmark::RunSpecifiedBenchmarks.
+// registered variant plus path:ctc/cpu. Call before the context is reported (lstm_bench: just
+// before the first case runs).
 void add_host_context(const std::vector<int>& cpu_thread_counts);
 
 // A CPU case's `peak_frac` counter: `iterations` of `flops` each in `seconds` (the case's own

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "case_failures.hpp"
 #include "flops.hpp"
 #include "host_context.hpp"
 #include "imdb.hpp"
@@ -106,7 +107,7 @@ void time_passes(benchmark::State& state, const ImdbCase& c) {
                                    kImdbModelSeed);
     if (auto why =
             cached_reference_check(*c.variant, std::as_const(model.lstm()).parameters(), batches)) {
-        state.SkipWithError(why->c_str());
+        fail_case(state, *why);
         return;
     }
     // Warm-up passes grow every buffer to the longest batch, so timed passes allocate nothing.
@@ -121,7 +122,7 @@ void time_passes(benchmark::State& state, const ImdbCase& c) {
             const float loss = run_batch(model, b, c.mode);
             // The parameters never change, so a non-finite loss is a bug, not divergence.
             if (!std::isfinite(loss)) {
-                state.SkipWithError(("loss " + std::to_string(loss)).c_str());
+                fail_case(state, "loss " + std::to_string(loss));
                 return;
             }
             benchmark::DoNotOptimize(loss);
@@ -168,7 +169,7 @@ void run_case(benchmark::State& state, const ImdbCase& c) {
     try {
         time_passes(state, c);
     } catch (const std::exception& e) {
-        state.SkipWithError(e.what());
+        fail_case(state, e.what());
     }
 }
 

@@ -12,6 +12,7 @@
 
 #include "braun.hpp"
 #include "braun_bench.hpp"
+#include "case_failures.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
 #include "pair_stats.hpp"
@@ -84,7 +85,7 @@ void time_pairs(benchmark::State& state, const PairCase& c) {
     PairSide a(s, *c.variant, data), b(s, *c.peer, data);
     for (PairSide* side : {&a, &b}) {
         if (auto why = side->check()) {
-            state.SkipWithError(why->c_str());
+            fail_case(state, *why);
             return;
         }
     }
@@ -127,7 +128,7 @@ void run_pair(benchmark::State& state, const PairCase& c) {
     try {
         time_pairs(state, c);
     } catch (const std::exception& e) {
-        state.SkipWithError(e.what());
+        fail_case(state, e.what());
     }
 }
 

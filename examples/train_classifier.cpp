@@ -9,10 +9,11 @@
 // sign through its cell state. Chance is 50%; the program fails (exit 1) below 90% held-out
 // accuracy or if the resumed run is not bit-identical to the uninterrupted one.
 //
-// Usage: train_classifier [VARIANT] [EPOCHS]   (defaults: fused 16)
+// Usage: train_classifier [VARIANT] [EPOCHS]   (defaults: fused 16; --help says more). Usage
+// errors, an unknown variant among them, exit 2.
 
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@
 #include "lstm/nn/model.hpp"
 #include "lstm/nn/predict.hpp"
 #include "lstm/nn/schedule.hpp"
+#include "lstm/registry.hpp"
+#include "tools/parse_int.hpp"
 
 namespace {
 
@@ -79,6 +82,26 @@ double held_out_accuracy(lstm::nn::SequenceModel<float>& model, const Dataset& t
     return lstm::nn::accuracy(predicted, test.labels);
 }
 
+// Half the epochs run before the checkpoint and half after, so there must be two. A million
+// epochs is days of training, and keeps the schedule's steps (epochs x 32) far inside int64.
+constexpr int64_t kMinEpochs = 2, kMaxEpochs = 1000000;
+
+void print_usage(std::FILE* to) {
+    std::fprintf(to,
+                 "usage: train_classifier [VARIANT] [EPOCHS]   (defaults: fused 16)\n"
+                 "VARIANT: a CPU variant of this build (lstm_tool lstm --help lists them);\n"
+                 "EPOCHS: %lld to %lld. Exit status: 0 trained and resumed exactly, 1 below 90%%\n"
+                 "held-out accuracy or a resumed run that differs, 2 usage or a variant that\n"
+                 "cannot train this task.\n",
+                 static_cast<long long>(kMinEpochs), static_cast<long long>(kMaxEpochs));
+}
+
+int usage_error(const std::string& problem) {
+    std::fprintf(stderr, "train_classifier: %s\n", problem.c_str());
+    print_usage(stderr);
+    return 2;
+}
+
 std::vector<float> parameters(lstm::nn::SequenceModel<float>& model) {
     std::vector<float> out(model.lstm().parameters().begin(), model.lstm().parameters().end());
     for (float v : model.dense().parameters()) out.push_back(v);
@@ -88,11 +111,28 @@ std::vector<float> parameters(lstm::nn::SequenceModel<float>& model) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+            print_usage(stdout);
+            return 0;
+        }
+    }
+    if (argc > 3)
+        return usage_error("expected at most 2 arguments, got " + std::to_string(argc - 1));
     const std::string variant = argc > 1 ? argv[1] : "fused";
-    const int64_t epochs = argc > 2 ? std::atoll(argv[2]) : 16;
-    if (epochs < 2) {
-        std::fprintf(stderr, "EPOCHS must be an integer >= 2, got '%s'\n", argv[2]);
-        return 2;
+    if (variant.rfind('-', 0) == 0) return usage_error("unknown option '" + variant + "'");
+    try {
+        (void)lstm::find_variant(variant, lstm::Device::cpu);
+    } catch (const lstm::Error& e) {
+        return usage_error(std::string("VARIANT: ") + e.what());
+    }
+    int64_t epochs = 16;
+    if (argc > 2) {
+        const auto parsed = lstm::cli::parse_int<int64_t>(argv[2], kMinEpochs, kMaxEpochs);
+        if (!parsed)
+            return usage_error(
+                lstm::cli::int_range_message("EPOCHS", kMinEpochs, kMaxEpochs, argv[2]));
+        epochs = *parsed;
     }
     try {
         lstm::set_num_threads(2);

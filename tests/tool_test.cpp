@@ -253,7 +253,8 @@ TEST_CASE("lstm_tool lstm takes a state_dict inside a bigger model with --prefix
     CHECK_THAT(info.out, Catch::Contains("nn.LSTM state_dict under prefix 'encoder.lstm.': "
                                          "input_size 3, hidden_size 4, num_layers 1, "
                                          "unidirectional (144 parameters)"));
-    CHECK_THAT(info.out, Catch::Contains("decoder.weight"));
+    // Each tensor's bytes, as info --help promises: 2 x 4 floats.
+    CHECK_THAT(info.out, Catch::Contains("decoder.weight             F32  (2, 4)   32 bytes\n"));
 }
 
 TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1", "[tool]") {
@@ -282,6 +283,15 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
                           "missing required option --out");
     LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", params, "--inputs", inputs, "--out"}), 2,
                           "option --out needs a value");
+    // The next option is not a value: it would have written a file named "--backward".
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"lstm", "--params", params, "--inputs", inputs, "--out", "--backward"}), 2,
+        "option --out needs a value, got the option '--backward' (a value that starts with '--' "
+        "goes as --out=VALUE)");
+    LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--help=yes"}), 2,
+                          "option --help takes no value, got '--help=yes'");
+    LSTM_CHECK_TOOL_ERROR(invoke({"info", "--", params}), 2,
+                          "unknown option '--' (there is no end-of-options marker");
     LSTM_CHECK_TOOL_ERROR(
         invoke({"lstm", "--params", params, "--params", params, "--inputs", inputs, "--out", out}),
         2, "--params is given more than once");
@@ -455,6 +465,14 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
     CHECK(r.rc == 2);
     LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "fast"}), 2,
                           "--backend must be own, cudnn or automatic, got 'fast'");
+    // The cpu has one kernel; a backend asked for there was ignored without a word.
+    LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "cudnn"}),
+                          2,
+                          "--backend applies only with --device cuda, got --backend cudnn "
+                          "with --device cpu");
+    LSTM_CHECK_TOOL_ERROR(
+        invoke({"ctc", "--inputs", inputs, "--out", out, "--backend", "own", "--device", "cpu"}), 2,
+        "--backend applies only with --device cuda");
     r = invoke({"ctc", "--inputs", inputs, "--out", out, "--device", "cuda"});
     if (!test::gpu_visible()) {
         CHECK(r.rc == 1);
@@ -464,9 +482,9 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
         CHECK_THAT(r.err, Contains("has no CUDA back-end (LSTM_WITH_CUDA=0)"));
 #endif
     }
-    // Errors the loss itself raises come through with its message.
+    // Errors the loss itself raises come through with its message, after the file's name.
     LSTM_CHECK_TOOL_ERROR(invoke({"ctc", "--inputs", inputs, "--out", out, "--blank", "7"}), 1,
-                          "blank = 7 is out of range for C = 5");
+                          inputs + ": ctc_loss: blank = 7 is out of range for C = 5");
 
     const TensorFile good = read_safetensors(inputs);
     auto with = [&](const std::string& drop, const Tensor* add) {
@@ -485,7 +503,9 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
     LSTM_CHECK_TOOL_ERROR(with("", &stray), 1, "tensors the ctc command does not read: 'weights'");
     const Tensor long_input = Tensor::from("input_lengths", {3}, std::vector<int32_t>{8, 9, 1});
     LSTM_CHECK_TOOL_ERROR(with("input_lengths", &long_input), 1,
-                          "input_lengths[1] = 9 exceeds T = 8");
+                          scratch("edited.safetensors") +
+                              ": ctc_loss: input_lengths[1] = 9 "
+                              "exceeds T = 8");
 }
 
 TEST_CASE("lstm_tool ctc takes empty batches and refuses empty classes or frames by name",

@@ -10,11 +10,12 @@
 // utterance has; within a split utterances alternate isolated digit / connected string of 3..7
 // digits, and the isolated digits cycle through the 11 classes (so each class's count is within
 // one of the others'); every file is readable by the feature code, gives at least one frame per
-// spoken digit and finite, normalised features. Prints a summary; exits 1 listing what failed.
+// spoken digit and finite, normalised features. Prints a summary; exits 1 listing what failed,
+// 2 on a bad command line (EXPECTED_COUNT must be a whole positive number).
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 #include "features.hpp"
 #include "lstm/error.hpp"
 #include "manifest.hpp"
+#include "tools/parse_int.hpp"
 
 namespace {
 
@@ -86,7 +88,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::string manifest = argv[1];
-    const long expected_count = std::strtol(argv[2], nullptr, 10);
+    // A row count: at least one, and within the manifest's size_t.
+    constexpr long kMaxCount = std::numeric_limits<long>::max();
+    const auto expected_count = lstm::cli::parse_int<long>(argv[2], 1, kMaxCount);
+    if (!expected_count) {
+        std::fprintf(stderr, "%s: %s\nusage: %s MANIFEST EXPECTED_COUNT\n", argv[0],
+                     lstm::cli::int_range_message("EXPECTED_COUNT", 1L, kMaxCount, argv[2]).c_str(),
+                     argv[0]);
+        return 2;
+    }
     std::vector<spoken_digits::Utterance> rows;
     try {
         rows = spoken_digits::read_manifest(manifest);
@@ -94,8 +104,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "FAIL: %s\n", e.what());
         return 1;
     }
-    expect(static_cast<long>(rows.size()) == expected_count, manifest, ": ", rows.size(),
-           " rows, expected ", expected_count);
+    expect(static_cast<long>(rows.size()) == *expected_count, manifest, ": ", rows.size(),
+           " rows, expected ", *expected_count);
 
     // Speakers and voices/variants of each split.
     std::map<std::string, std::set<std::pair<std::string, std::string>>> speakers;

@@ -2,6 +2,8 @@
 # make_data.sh: speaks the spoken-digits data set with espeak-ng (offline, no Python).
 #
 # Usage: make_data.sh OUT_DIR [--seed S] [--count N]      (defaults: --seed 1 --count 4000)
+#        S from 0 to 4294967295, N from 1 to 1000000, both decimal (leading zeros allowed);
+#        a bad argument exits 2, --help prints the usage.
 #
 # Writes N utterances as 16-bit mono WAV files at espeak-ng's native rate (22050 Hz; the feature
 # code reads each file's own rate, so nothing is resampled) under OUT_DIR/wav/, and
@@ -35,30 +37,54 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 OUT_DIR [--seed S] [--count N]" >&2
-    exit 2
+    echo "usage: $0 OUT_DIR [--seed S] [--count N]      (defaults: --seed 1 --count 4000)"
 }
-
-[ $# -ge 1 ] || usage
-out_dir=$1
-shift
-seed=1
-count=4000
-while [ $# -gt 0 ]; do
-    case $1 in
-        --seed) [ $# -ge 2 ] || usage; seed=$2; shift 2 ;;
-        --count) [ $# -ge 2 ] || usage; count=$2; shift 2 ;;
-        *) usage ;;
-    esac
-done
 fail() {
     echo "make_data.sh: $1" >&2
     exit "${2:-1}"
 }
-[[ $seed =~ ^[0-9]+$ ]] || fail "--seed must be a non-negative integer, got '$seed'" 2
-if ! [[ $count =~ ^[0-9]+$ ]] || [ "$count" -lt 1 ]; then
-    fail "--count must be a positive integer, got '$count'" 2
-fi
+# Sets REPLY to $2 read as a decimal integer in [$3, $4], or fails naming option $1. Bash
+# arithmetic would read a leading 0 as octal (010 is 8, 09 an error) and wrap past 2^63, so the
+# digits are checked as text first: leading zeros, then at most 10 digits, read in base 10.
+decimal_in() {
+    if [[ $2 =~ ^0*([0-9]{1,10})$ ]] && (( 10#${BASH_REMATCH[1]} >= $3 )) &&
+        (( 10#${BASH_REMATCH[1]} <= $4 )); then
+        REPLY=$(( 10#${BASH_REMATCH[1]} ))
+        return
+    fi
+    fail "$1 must be an integer from $3 to $4, got '$2'" 2
+}
+
+for arg in "$@"; do
+    if [ "$arg" = --help ] || [ "$arg" = -h ]; then
+        usage
+        exit 0
+    fi
+done
+[ $# -ge 1 ] || { usage >&2; exit 2; }
+out_dir=$1
+shift
+# An option in OUT_DIR's place ("make_data.sh --seed 3 /tmp/x") would become a directory, and
+# an empty OUT_DIR would put wav/ at the file system's root.
+case $out_dir in
+    '') fail "OUT_DIR must not be empty" 2 ;;
+    -*) fail "OUT_DIR must not start with '-', got '$out_dir' (write ./$out_dir for one)" 2 ;;
+esac
+seed=1
+count=4000
+while [ $# -gt 0 ]; do
+    case $1 in
+        --seed) [ $# -ge 2 ] || fail "--seed needs a value" 2; seed=$2; shift 2 ;;
+        --count) [ $# -ge 2 ] || fail "--count needs a value" 2; count=$2; shift 2 ;;
+        *) fail "unknown argument '$1' ($(usage))" 2 ;;
+    esac
+done
+# The seed feeds a 32-bit generator: a larger one would wrap onto a smaller one's data. A million
+# utterances is far beyond any use here (the default set has 4000, about a minute of espeak-ng).
+decimal_in --seed "$seed" 0 4294967295
+seed=$REPLY
+decimal_in --count "$count" 1 1000000
+count=$REPLY
 command -v espeak-ng >/dev/null ||
     fail "espeak-ng not found (install it with scripts/install-deps.sh)"
 
@@ -99,7 +125,7 @@ heldout_every=5
 # Numerical Recipes' 32-bit LCG. random_below N sets REPLY to a value in [0, N) taken from the
 # state's top 16 bits (an LCG's low bits are weak); the modulo bias is below N / 65536, i.e.
 # under 0.1% for the ranges used here. No subshells, so the state carries over.
-lcg_state=$(( seed & 0xFFFFFFFF ))
+lcg_state=$seed
 random_below() {
     lcg_state=$(( (1664525 * lcg_state + 1013904223) & 0xFFFFFFFF ))
     REPLY=$(( (lcg_state >> 16) % $1 ))
@@ -109,7 +135,7 @@ random_between() {  # inclusive
     REPLY=$(( $1 + REPLY ))
 }
 
-mkdir -p "$out_dir/wav/train" "$out_dir/wav/heldout"
+mkdir -p -- "$out_dir/wav/train" "$out_dir/wav/heldout"
 manifest_tmp="$out_dir/manifest.tsv.tmp"
 printf 'path\tsplit\tlabels\twords\tvoice\tvariant\tspeed\tpitch\tgap\n' >"$manifest_tmp"
 
@@ -155,6 +181,6 @@ for (( i = 0; i < count; i++ )); do
         "${pair%+*}" "${pair#*+}" "$speed" "$pitch" "$gap" >>"$manifest_tmp"
 done
 # Renamed only when complete, so a manifest never lists files that were not written.
-mv "$manifest_tmp" "$out_dir/manifest.tsv"
+mv -- "$manifest_tmp" "$out_dir/manifest.tsv"
 echo "make_data.sh: $count utterances (${split_index[train]} train," \
     "${split_index[heldout]} heldout) in $out_dir"

@@ -1,7 +1,8 @@
 #pragma once
 
 // Command-line parsing shared by lstm_tool's subcommands: "--name value", "--name=value" and
-// flags; anything the command does not declare is a usage error (exit code 2).
+// flags; anything the command does not declare is a usage error (exit code 2), and so is a
+// "--name" whose next word is another option rather than its value.
 
 #include <filesystem>
 #include <fstream>
@@ -65,7 +66,13 @@ inline ParsedArgs parse_args(const std::vector<std::string>& args,
             out.help = true;
             continue;
         }
-        if (word.size() < 2 || word.compare(0, 2, "--") != 0 || word == "--") {
+        // Many tools read "--" as the end of the options; this one has no such marker, and a
+        // FILE that starts with '-' is reached by its path instead.
+        if (word == "--")
+            throw UsageError(
+                "unknown option '--' (there is no end-of-options marker; give a FILE that starts "
+                "with '-' as ./FILE)");
+        if (word.size() < 2 || word.compare(0, 2, "--") != 0) {
             if (!word.empty() && word[0] == '-' && word != "-")
                 throw UsageError("unknown option '" + word + "'");
             out.positional.push_back(word);
@@ -73,6 +80,7 @@ inline ParsedArgs parse_args(const std::vector<std::string>& args,
         }
         const size_t eq = word.find('=');
         const std::string name = word.substr(2, eq == std::string::npos ? eq : eq - 2);
+        if (name == "help") throw UsageError("option --help takes no value, got '" + word + "'");
         const OptionSpec* spec = nullptr;
         for (const OptionSpec& s : specs)
             if (s.name == name) spec = &s;
@@ -87,6 +95,12 @@ inline ParsedArgs parse_args(const std::vector<std::string>& args,
             out.values[name] = word.substr(eq + 1);
         } else {
             if (k + 1 >= args.size()) throw UsageError("option --" + name + " needs a value");
+            // "--out --backward" forgot the value: taking the next option as one would write a
+            // file named "--backward" and drop the option.
+            const std::string& next = args[k + 1];
+            if (next.compare(0, 2, "--") == 0)
+                throw UsageError("option --" + name + " needs a value, got the option '" + next +
+                                 "' (a value that starts with '--' goes as --" + name + "=VALUE)");
             out.values[name] = args[++k];
         }
         if (out.values[name].empty()) throw UsageError("option --" + name + " has an empty value");

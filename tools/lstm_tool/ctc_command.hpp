@@ -50,7 +50,7 @@ options:
                        target length, then averaged over the batch)
   --zero-infinity      infeasible samples contribute 0 instead of +inf
   --device DEV         cpu (default) or cuda
-  --backend B          with --device cuda: own (default: this library's kernel, double
+  --backend B          only with --device cuda: own (default: this library's kernel, double
                        alpha/beta like the cpu), cudnn (cuDNN's CTC, float; an error where it
                        does not apply) or automatic (what ctc_loss picks: own)
   --help               this text
@@ -134,7 +134,14 @@ io::TensorFile run_ctc(const CtcRequest& req, const io::TensorFile& inputs) {
     const TensorView<T> grad_view(grad_d.as<T>(), {frames, batch, classes}, req.device);
     (logits ? outputs.grad_logits : outputs.grad_log_probs) = grad_view;
     outputs.losses = TensorView<T>(losses_d.as<T>(), {batch}, req.device);
-    const T reduced = loss::ctc_loss(args, outputs);
+    T reduced{};
+    try {
+        reduced = loss::ctc_loss(args, outputs);
+    } catch (const InvalidArgument& e) {
+        // The loss checks the tensors it was given (lengths, targets, blank against C); name the
+        // file they came from, as every other complaint about the inputs does.
+        fail(inputs.source, ": ", e.what());
+    }
     const std::vector<T> grad = grad_d.download<T>(), losses = losses_d.download<T>();
 
     io::TensorFile out;
@@ -203,6 +210,10 @@ inline int ctc_command(const std::vector<std::string>& args, std::ostream& out) 
         req.backend = loss::CtcBackend::automatic;
     else
         throw UsageError("--backend must be own, cudnn or automatic, got '" + backend + "'");
+    // The cpu has one CTC kernel; a backend asked for there would be ignored without a word.
+    if (parsed.has("backend") && req.device != Device::cuda)
+        throw UsageError("--backend applies only with --device cuda, got --backend " + backend +
+                         " with --device " + to_string(req.device));
 
     const io::TensorFile inputs = read_input_file("--inputs", req.inputs_path);
     const bool logits = inputs.contains("logits"), log_probs = inputs.contains("log_probs");

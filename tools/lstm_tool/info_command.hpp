@@ -62,9 +62,15 @@ inline void print_info(const io::TensorFile& file, std::ostream& out) {
     }
     out << file.source << ": " << file.size() << " tensor" << (file.size() == 1 ? "" : "s") << ", "
         << data_bytes << " bytes of data\n";
+    size_t shape_width = 0;
     for (const io::Tensor& t : file.tensors())
+        shape_width = std::max(shape_width, t.shape_string().size());
+    for (const io::Tensor& t : file.tensors()) {
+        const std::string shape = t.shape_string();
         out << "  " << t.name << std::string(width - t.name.size() + 2, ' ')
-            << io::to_string(t.dtype) << "  " << t.shape_string() << "\n";
+            << io::to_string(t.dtype) << "  " << shape
+            << std::string(shape_width - shape.size() + 2, ' ') << t.bytes.size() << " bytes\n";
+    }
     if (!file.metadata.empty()) {
         out << "metadata:\n";
         for (const auto& kv : file.metadata) out << "  " << kv.first << " = " << kv.second << "\n";
