@@ -185,6 +185,68 @@ TEST_CASE("saturated pre-activations give no NaN or Inf", "[variants]") {
     }
 }
 
+// got equals want's NaN and infinities where want has them, and matches want's finite elements
+// within the scaled tolerance.
+void check_with_non_finite(const std::string& what, std::vector<double> got,
+                           std::vector<double> want, double rtol) {
+    REQUIRE(got.size() == want.size());
+    std::string misses;
+    int missed = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (std::isfinite(want[i])) continue;
+        const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+        if (!same && ++missed <= 8)
+            misses += " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + ", expected " +
+                      std::to_string(want[i]) + ";";
+        got[i] = want[i] = 0;
+    }
+    INFO(what << ": " << missed << " non-finite elements differ:" << misses);
+    CHECK(missed == 0);
+    LSTM_CHECK_CLOSE(compare_scaled(what, got, want, rtol));
+}
+
+TEST_CASE("an infinity in x or h0 gives the reference's NaN and infinities, no others",
+          "[variants]") {
+    // As in PyTorch: the gates it reaches saturate, so y, dx, dh0 and dc0 stay finite, and only
+    // the weight-gradient column that multiplies it is NaN (0 * inf). With H not a multiple of 16
+    // fused's padded units turned it into NaN gradients for the whole layer and sequence.
+    for (const int64_t hidden : {5, 16, 19}) {
+        const Config config{3, hidden, 2, true};
+        for (const bool in_h0 : {false, true})
+            for (const std::vector<int64_t>& lengths :
+                 {std::vector<int64_t>{4, 3, 2}, std::vector<int64_t>{}}) {
+                LstmCase c = make_case(config, 4, 3, lengths, true, 700 + hidden);
+                if (in_h0)
+                    c.in.h0[(0 * 3 + 2) * hidden + 1] = -std::numeric_limits<double>::infinity();
+                else
+                    c.in.x[(1 * 3 + 1) * 3 + 0] = std::numeric_limits<double>::infinity();
+                const auto ref = reference::lstm_forward(c.in);
+                const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+                // The column it multiplies: 4H NaN per direction reached.
+                REQUIRE(std::count_if(ref_grads.dparams.begin(), ref_grads.dparams.end(),
+                                      [](double g) { return std::isnan(g); }) >= 4 * hidden);
+                for_each_cpu_variant_and_dtype(
+                    c, Lengths::may_equalize,
+                    [&](const Variant& v, DType dt, const LstmCase& used) {
+                        if (&used != &c) return;  // run without lengths in the next round
+                        const VariantResult r = dt == DType::f32 ? run_variant<float>(v, used)
+                                                                 : run_variant<double>(v, used);
+                        INFO("variant " << v.name() << ", " << to_string(dt) << ", H " << hidden
+                                        << ", infinity in " << (in_h0 ? "h0" : "x")
+                                        << (lengths.empty() ? "" : ", with lengths"));
+                        const double fwd = lstm_rtol(dt, config, 4, Pass::forward);
+                        const double bwd = lstm_rtol(dt, config, 4, Pass::backward);
+                        check_with_non_finite("y", r.y, ref.y, fwd);
+                        check_with_non_finite("hn", r.hn, ref.hn, fwd);
+                        check_with_non_finite("dx", r.dx, ref_grads.dx, bwd);
+                        check_with_non_finite("dh0", r.dh0, ref_grads.dh0, bwd);
+                        check_with_non_finite("dc0", r.dc0, ref_grads.dc0, bwd);
+                        check_with_non_finite("dparams", r.dparams, ref_grads.dparams, bwd);
+                    });
+            }
+    }
+}
+
 TEST_CASE("T = 1000 stays finite and dc0 stays O(1) with a large forget bias", "[variants]") {
     const Config config{3, 5, 1, false};
     const int64_t seq_len = 1000, batch = 2;

@@ -456,6 +456,12 @@ private:
                                 depth * kUnitBlock},
                 acc);
             const __mmask16 valid = avx512::lanes(hidden - unit);
+            if (valid != avx512::lanes(kUnitBlock)) {  // padded units: see the layout notes
+#pragma GCC unroll 8
+                for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+                    for (int g = 0; g < 4; ++g) acc[i][g] = _mm512_maskz_mov_ps(valid, acc[i][g]);
+            }
 #pragma GCC unroll 8
             for (int i = 0; i < MR; ++i) {
                 const int64_t r = r0 + i;

@@ -16,6 +16,9 @@
 //  - Padded units (b * 16 + u >= H) have zero weights and zero bias; they follow the same
 //    equations with zero pre-activations and zero inputs, so everything stored for them is finite
 //    (c = 0, h = 0, dgates = 0) and a GEMM that multiplies them by zero weights adds exactly 0.
+//    Their zero weights times an infinity in x or h0 give NaN pre-activations (0 * inf), which
+//    backward's products with those zero weights carried into every unit's gradient; so every
+//    forward kernel sets their pre-activations to 0 before the activations.
 //  - Rows are compact and length-sorted: step t's active rows r < active[t] sit at rows
 //    offsets[t] + r of a (S, width) array, S = sum of lengths, so a GEMM over "all time steps"
 //    covers exactly the valid frames.
@@ -253,8 +256,10 @@ void fused_forward_pass(int64_t rows, const FusedLayout& lay, BlockRange b, T* g
             T* pre = gates + r * ldg + blk * 4 * kUnitBlock;
             for (int64_t u = 0; u < kUnitBlock; ++u) {
                 const int64_t unit = blk * kUnitBlock + u;
-                const Gates<T> a = activate(pre[u], pre[kUnitBlock + u], pre[2 * kUnitBlock + u],
-                                            pre[3 * kUnitBlock + u]);
+                const bool real = unit < lay.hidden;  // padded units: see the layout notes
+                const Gates<T> a = activate(real ? pre[u] : T(0), real ? pre[kUnitBlock + u] : T(0),
+                                            real ? pre[2 * kUnitBlock + u] : T(0),
+                                            real ? pre[3 * kUnitBlock + u] : T(0));
                 pre[u] = a.i;
                 pre[kUnitBlock + u] = a.f;
                 pre[2 * kUnitBlock + u] = a.g;

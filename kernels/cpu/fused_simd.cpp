@@ -557,6 +557,14 @@ HWY_NOINLINE void forward_tile(const FusedLayout& lay, const FusedBuffers<float>
         }
         return;
     }
+    if (hidden - unit < kLanes) {  // padded units: see the layout notes
+        const auto real = hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(hidden - unit, 0)));
+        HWY_UNROLL(8)
+        for (int i = 0; i < MR; ++i) {
+            HWY_UNROLL(4)
+            for (int g = 0; g < 4; ++g) acc[i][g] = hn::IfThenElseZero(real, acc[i][g]);
+        }
+    }
     // c of every row first, then h = o tanh(c): the rows' tanh chains run side by side instead of
     // each waiting behind the next row's gates (2% off the forward step, as above). acc[i][0] and
     // acc[i][1] hold row i's c and o in between.

@@ -59,7 +59,8 @@ struct CtcArgs {
     // (PyTorch's behaviour; zero_infinity does not hide it).
     TensorView<const T> logits;
     // (T, N, C) time-major, contiguous: log-probabilities, used as given (-inf allowed; NaN and
-    // +inf as for logits).
+    // +inf as for logits, in any class: PyTorch's loss reads only the classes a sample uses, so
+    // there a NaN in another class leaves the loss finite and only its gradient entry NaN).
     TensorView<const T> log_probs;
     // Labels, int64: padded (N, S), row n holding sample n's labels in its first
     // target_lengths[n] entries (the rest is never read); or concatenated 1-D
