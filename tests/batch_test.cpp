@@ -74,6 +74,24 @@ TEST_CASE("argmax_classes and accuracy", "[nn]") {
                       Contains("scores has no data"));
 }
 
+TEST_CASE("frame_accuracy scores each sequence's valid frames only", "[nn]") {
+    // T 3, N 2, lengths {3, 1}: sequence 0 has frames 0, 2, 4 (time-major), sequence 1 frame 1;
+    // frames 3 and 5 are padding, wrong on purpose. Valid: 0 right, 2 wrong, 4 right, 1 right.
+    const std::vector<int64_t> predicted = {1, 2, 0, 7, 3, 7};
+    const std::vector<int64_t> targets = {1, 2, 1, 0, 3, 0};
+    const std::vector<int64_t> lengths = {3, 1};
+    CHECK(nn::frame_accuracy(predicted, targets, lengths) == 0.75);
+    CHECK(nn::accuracy(predicted, targets) == Approx(0.5));  // the padding counted too
+    const std::vector<int64_t> four = {1, 1, 1, 1}, over = {4, 1}, none = {0, 0};
+    CHECK_THROWS_WITH(nn::frame_accuracy(predicted, targets, four),
+                      "frame_accuracy: 6 predictions are not T frames of each of the 4 sequences "
+                      "lengths describes");
+    CHECK_THROWS_WITH(nn::frame_accuracy(predicted, targets, over),
+                      "frame_accuracy: lengths[0] = 4 is outside 0..T = 3");
+    CHECK_THROWS_WITH(nn::frame_accuracy(predicted, targets, none),
+                      "frame_accuracy: lengths leave no valid frame");
+}
+
 TEST_CASE("a model's logits() are what its loss was computed from", "[nn]") {
     nn::ModelConfig mc;
     mc.lstm = Config{3, 5, 1, true};

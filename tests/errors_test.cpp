@@ -208,6 +208,35 @@ TEST_CASE("a batch of N = 0 gives outputs without elements and adds no gradient,
                       "least one");
 }
 
+TEST_CASE("SequenceModel refuses an unbatched x by name, with every head", "[errors]") {
+    // Lstm takes one (T, I) sequence; the heads read y as (T, N, F), so such an x reached them
+    // as H sequences without features: a crash (ce_final_state) or errors about internal tensors.
+    const std::vector<float> x(6 * 3, 0.25f);
+    const std::vector<int64_t> targets = {1};
+    const std::vector<int64_t> target_lengths = {1};
+    for (const nn::Head head :
+         {nn::Head::ce_last_step, nn::Head::ce_mean_pool, nn::Head::ce_every_frame,
+          nn::Head::ce_final_state, nn::Head::ctc}) {
+        INFO("head " << nn::to_string(head));
+        nn::ModelConfig mc;
+        mc.lstm = Config{3, 4, 1, false};
+        mc.classes = 3;
+        mc.head = head;
+        nn::SequenceModel<float> model(mc, "basic", Device::cpu, 1);
+        const Span<const int64_t> tl =
+            head == nn::Head::ctc ? Span<const int64_t>(target_lengths) : Span<const int64_t>();
+        const std::string want =
+            "SequenceModel: x must have rank 3 (T, N, I), got shape (6, 3) (one sequence is a "
+            "batch of N = 1: (T, 1, I))";
+        CHECK_THROWS_WITH(model.train_step(TensorView<const float>(x.data(), {6, 3}), {},
+                                           Span<const int64_t>(targets), tl),
+                          want);
+        CHECK_THROWS_WITH(model.evaluate(TensorView<const float>(x.data(), {6, 3}), {},
+                                         Span<const int64_t>(targets), tl),
+                          want);
+    }
+}
+
 TEST_CASE("sizes below 1 or beyond 64 bits are refused by name on every CPU variant", "[errors]") {
     // oneDNN divided by N = 0 inside its primitive descriptors (SIGFPE), a negative T came back
     // as an out-of-memory error, and the sizing queries wrapped to huge or tiny byte counts.

@@ -245,7 +245,12 @@ private:
         // The layer takes N = 0 as PyTorch does, but a batch-mean loss of no sequences is NaN and
         // a step on it would still move every weight by decay: an empty batch is a pipeline's
         // slip here. (DataParallel lets a rank hold none; it never hands the model an empty x.)
-        if (x.rank() == 3 && x.size(1) == 0)
+        // Lstm also takes one unbatched (T, I) sequence, but the heads read y as (T, N, F): such
+        // an x reached them as a batch of H sequences of no features (a crash in
+        // ce_final_state).
+        check(x.rank() == 3, "SequenceModel: x must have rank 3 (T, N, I), got shape ",
+              x.shape_string(), " (one sequence is a batch of N = 1: (T, 1, I))");
+        if (x.size(1) == 0)
             fail("SequenceModel: x has N = 0 sequences (shape ", x.shape_string(),
                  "); a loss needs at least one");
         const TensorView<const T> x_on_device = stage_input(x);
@@ -279,7 +284,6 @@ private:
         if (x.device() == device()) return x;
         check(x.device() == Device::cpu, "SequenceModel: x lives on ", to_string(x.device()),
               " but the model runs on ", to_string(device()));
-        check(x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", x.shape_string());
         reserve(x_, x.numel());
         x_.copy_from(x.data(), Device::cpu, bytes_of(x.numel()), lstm_.context());
         return TensorView<const T>(x_.template as<T>(), {x.size(0), x.size(1), x.size(2)},

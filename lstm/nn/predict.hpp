@@ -47,4 +47,32 @@ inline double accuracy(Span<const int64_t> predicted, Span<const int64_t> target
     return static_cast<double>(right) / static_cast<double>(predicted.size);
 }
 
+// The accuracy of per-frame predictions (argmax_classes of (T, N, C) logits, time-major: frame
+// t of sequence n at t * N + n) over the valid frames only, t < lengths[n], as the per-frame
+// loss counts them: plain accuracy() would also score the padding. predicted and targets T * N
+// values each (targets at padded frames are not read); lengths N values in 0..T, at least one
+// above 0.
+inline double frame_accuracy(Span<const int64_t> predicted, Span<const int64_t> targets,
+                             Span<const int64_t> lengths) {
+    constexpr const char* fn = "frame_accuracy";
+    check(predicted.size == targets.size, fn, ": ", predicted.size, " predictions but ",
+          targets.size, " targets");
+    const int64_t batch = lengths.size;
+    check(batch >= 1 && predicted.size % batch == 0, fn, ": ", predicted.size,
+          " predictions are not T frames of each of the ", batch, " sequences lengths describes");
+    check(predicted.data != nullptr && targets.data != nullptr && lengths.data != nullptr, fn,
+          ": predicted, targets or lengths has no data");
+    const int64_t steps = predicted.size / batch;
+    int64_t right = 0, frames = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+        check(lengths[n] >= 0 && lengths[n] <= steps, fn, ": lengths[", n, "] = ", lengths[n],
+              " is outside 0..T = ", steps);
+        for (int64_t t = 0; t < lengths[n]; ++t)
+            right += predicted[t * batch + n] == targets[t * batch + n];
+        frames += lengths[n];
+    }
+    check(frames >= 1, fn, ": lengths leave no valid frame");
+    return static_cast<double>(right) / static_cast<double>(frames);
+}
+
 }  // namespace lstm::nn
