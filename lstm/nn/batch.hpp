@@ -97,7 +97,9 @@ inline CtcTargets concat_targets(const std::vector<std::vector<int64_t>>& target
 
 // Batches of at most batch_size sequence indices whose lengths are close: the indices sorted by
 // length (ties by index), cut into consecutive batches, then the batches' order shuffled with
-// `seed` (std::mt19937_64), so every epoch sees every sequence once with little padding.
+// `seed` (std::mt19937_64), so every epoch sees every sequence once with little padding. The
+// order is std::shuffle's, which the standard leaves to the library: a seed gives the same order
+// wherever the same C++ standard library runs (libstdc++ on Debian), not across libraries.
 inline std::vector<std::vector<int64_t>> bucket_by_length(const std::vector<int64_t>& lengths,
                                                           int64_t batch_size, uint64_t seed) {
     check(batch_size >= 1, "bucket_by_length: batch_size must be >= 1, got ", batch_size);
