@@ -35,7 +35,8 @@ void time_activations(benchmark::State& state, int64_t target) {
     for (int64_t i = 0; i < kElements; ++i) {
         const double s = kernels::sigmoid(static_cast<double>(x[i]));
         const double t = kernels::tanh_act(static_cast<double>(x[i]));
-        if (std::abs(sig[i] - s) > kRtol * s || std::abs(th[i] - t) > kRtol * std::abs(t)) {
+        // Written as "not within", so that a NaN fails too.
+        if (!(std::abs(sig[i] - s) <= kRtol * s && std::abs(th[i] - t) <= kRtol * std::abs(t))) {
             fail_case(state, "sigmoid or tanh of " + std::to_string(x[i]) +
                                  " off the double value by more than 4e-7 relative");
             return;

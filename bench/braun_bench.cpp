@@ -20,6 +20,7 @@
 #include "host_context.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
+#include "lstm/threads.hpp"
 #include "reference_check.hpp"
 #include "threads.hpp"
 
@@ -43,15 +44,17 @@ std::optional<std::string> why_braun_not_runnable(const BraunScenario& s, const 
     return std::nullopt;
 }
 
-// The check is deterministic per (variant, scenario): data and initial parameters come from fixed
-// seeds. Repetitions, thread counts and the paired cases reuse its verdict instead of paying for
-// it again.
+// The check is deterministic per (variant, scenario, thread count): data and initial parameters
+// come from fixed seeds. Repetitions and the paired cases reuse its verdict instead of paying for
+// it again; each CPU thread count gets its own, since fused takes another path on an even team
+// (the directions of a bidirectional layer side by side).
 std::optional<std::string> braun_reference_verdict(const BraunScenario& s, const Variant& v,
                                                    const nn::ModelConfig& m,
                                                    nn::SequenceModel<float>& model,
                                                    const BraunData& data) {
     static std::map<std::string, std::optional<std::string>> verdicts;
-    const std::string key = std::string(s.name) + "/" + to_string(v.device()) + "/" + v.name();
+    const std::string key = std::string(s.name) + "/" + to_string(v.device()) + "/" + v.name() +
+                            (v.device() == Device::cpu ? "/" + std::to_string(num_threads()) : "");
     const auto found = verdicts.find(key);
     if (found != verdicts.end()) return found->second;
     const TensorView<const float> x(data.x.data(), {s.seq_len, s.batch, m.lstm.input_size});
