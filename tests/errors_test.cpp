@@ -1,5 +1,8 @@
 // Bad input raises lstm::Error whose message names the argument, what was expected and what came.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include "lstm/layer.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
+#include "lstm/threads.hpp"
 #include "test_util.hpp"
 
 using namespace lstm;
@@ -163,6 +167,44 @@ TEST_CASE("a malformed LSTM_TEAM or LSTM_FUSED_ISA is refused by every CPU varia
         }
         CHECK(layer.infer(xv).numel() == 2 * 4);
     }
+}
+
+TEST_CASE("a child of fork() refuses calls on several threads instead of hanging", "[errors]") {
+    // libgomp's thread pool does not survive fork(): a child whose parent had run a call on 2
+    // threads waited forever in its first parallel region. On one thread it works.
+    const int saved = num_threads();
+    set_num_threads(2);
+    const Config config{4, 32, 1, true};
+    const std::vector<float> x = test::random_vector<float>(8 * 4 * 4, 3);
+    const TensorView<const float> xv(x.data(), {8, 4, 4});
+    Lstm layer(config, "fused");
+    const TensorView<const float> y = layer.infer(xv);
+    const std::vector<float> want(y.data(), y.data() + y.numel());
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        alarm(60);  // a hang ends the child, and the check below fails
+        int code = 0;
+        try {
+            layer.infer(xv);
+            code = 3;  // ran (or would have hung) instead of refusing
+        } catch (const Unsupported& e) {
+            if (std::string(e.what()).find("child of fork()") == std::string::npos) code = 4;
+        }
+        set_num_threads(1);
+        const TensorView<const float> again = layer.infer(xv);
+        if (code == 0 && std::vector<float>(again.data(), again.data() + again.numel()) != want)
+            code = 5;
+        _exit(code);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    INFO("child status " << status
+                         << " (exit 3: not refused, 4: other message, 5: wrong numbers "
+                            "on one thread)");
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    set_num_threads(saved);
 }
 
 TEST_CASE("a batch of N = 0 gives outputs without elements and adds no gradient, as PyTorch",

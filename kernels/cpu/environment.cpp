@@ -1,5 +1,9 @@
 #include "kernels/cpu/environment.hpp"
 
+#include <omp.h>
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -19,10 +23,38 @@ lstm::cpu::FusedIsa fused_isa_from_environment() {
     fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, avx2, eigen");
 }
 
+namespace {
+
+// Whether a CPU variant call ran with more than one thread (and so, most likely, started
+// OpenMP's thread pool), and whether this process is a child of fork() after that.
+std::atomic<bool> pool_started{false};
+std::atomic<bool> forked_after_pool{false};
+
+void on_fork_child() {
+    if (pool_started.load()) forked_after_pool.store(true);
+}
+
+}  // namespace
+
 void check_cpu_environment() {
+    // Registered before the first call can start the pool.
+    static const int registered = pthread_atfork(nullptr, nullptr, on_fork_child);
+    (void)registered;
     isa_cap();
     fused_isa_from_environment();
     team_policy_from_environment();
+    const int threads = omp_get_max_threads();
+    if (threads <= 1) return;
+    // libgomp's pool does not survive fork(): the child's first parallel region of several
+    // threads waits for threads that no longer exist, forever.
+    if (forked_after_pool.load())
+        fail_as<Unsupported>(
+            "this process is a child of fork() from one that had already run CPU calls on "
+            "several threads; OpenMP's thread pool does not survive fork, so a call on ",
+            threads,
+            " threads would wait forever. Call lstm::set_num_threads(1) in the child, or start "
+            "it with exec");
+    pool_started.store(true);
 }
 
 }  // namespace lstm::kernels::cpu

@@ -19,7 +19,8 @@ lstm::cpu::FusedIsa fused_isa_from_environment();
 // Refuses a malformed value of any of the three variables (lstm::InvalidArgument naming it).
 // Every CPU variant call runs this, so a mistyped setting shows up whichever variant runs, not
 // only where a path that reads it happens to run (LSTM_MAX_CPU_ISA is read once per process, the
-// other two at every call, as their users read them).
+// other two at every call, as their users read them). Also refuses (lstm::Unsupported) a call of
+// several threads in a child of fork() whose parent had made one: it would hang in OpenMP.
 void check_cpu_environment();
 
 }  // namespace lstm::kernels::cpu
