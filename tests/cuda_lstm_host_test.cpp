@@ -547,9 +547,7 @@ TEST_CASE("cuda graph schedule: eager first, capture on the repeat, replay after
 #if LSTM_WITH_CUDA
 TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default, other values are refused",
           "[cuda_host]") {
-    const char* saved = std::getenv("LSTM_CUDA_GRAPHS");
-    const std::string restore = saved ? saved : "";
-    unsetenv("LSTM_CUDA_GRAPHS");
+    const test::EnvScope env("LSTM_CUDA_GRAPHS", nullptr);  // restores the caller's setting
     CHECK(cuda::graphs_enabled_by_default());
     setenv("LSTM_CUDA_GRAPHS", "0", 1);
     CHECK_FALSE(cuda::graphs_enabled_by_default());
@@ -558,10 +556,6 @@ TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default, other valu
     // A typo once left graphs on silently.
     setenv("LSTM_CUDA_GRAPHS", "off", 1);
     CHECK_THROWS_WITH(cuda::graphs_enabled_by_default(), "LSTM_CUDA_GRAPHS = 'off' is not 0 or 1");
-    if (saved)
-        setenv("LSTM_CUDA_GRAPHS", restore.c_str(), 1);
-    else
-        unsetenv("LSTM_CUDA_GRAPHS");
 }
 #endif
 

@@ -691,9 +691,7 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
           (kernels::cpu::cpu_has_avx2_fma() && avx2_built));
     // The suite may run under LSTM_FUSED_ISA (e.g. =eigen to put the registry tests on the
     // portable path); it is put back at the end.
-    const char* outer = std::getenv("LSTM_FUSED_ISA");
-    const std::string saved = outer ? outer : "";
-    ::unsetenv("LSTM_FUSED_ISA");
+    const test::EnvScope env("LSTM_FUSED_ISA", nullptr);
     CHECK(cpu::fused_isa() == automatic);
     {
         const IsaScope scope(FusedIsa::eigen);
@@ -717,10 +715,6 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
         const IsaScope scope(FusedIsa::eigen);  // an explicit choice wins over the environment
         CHECK(cpu::fused_isa() == FusedIsa::eigen);
     }
-    if (!saved.empty())
-        ::setenv("LSTM_FUSED_ISA", saved.c_str(), 1);
-    else
-        ::unsetenv("LSTM_FUSED_ISA");
     if (!kernels::cpu::cpu_has_avx512())
         CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx512), Contains("no AVX-512F"));
     if (!cpu::fused_isa_available(FusedIsa::avx2))
