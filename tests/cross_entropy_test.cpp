@@ -1,14 +1,20 @@
 // Cross-entropy against a naive double log(sum(exp)) oracle, closed forms on extreme logits,
-// central finite differences for the gradient, the reductions, the padded-frame form, and errors.
+// central finite differences for the gradient, the reductions, the padded-frame form, PyTorch's
+// results for class weights, ignore_index and label smoothing, and errors.
 
 #include "lstm/loss/cross_entropy.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "lstm/io/safetensors.hpp"
+#include "test_data.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -413,4 +419,190 @@ TEST_CASE("cross_entropy refuses outputs that share memory with logits", "[loss]
     CHECK_THROWS_WITH(
         cross_entropy(TensorView<const float>(b.data(), {1, 0}), Span<const int64_t>(t)),
         Catch::Contains("logits has no classes (shape (1, 0))"));
+}
+
+// tests/data/ce_options.*: torch.nn.functional.cross_entropy in float64 (from float32 inputs)
+// with and without class weights, ignore_index -100 (its default) and 2, label_smoothing 0 and 0.3,
+// every reduction. Both forms of the library against it: the rows, and the frames of a padded
+// batch whose valid frames are those rows (padding interleaved, and its targets garbage).
+TEMPLATE_TEST_CASE("cross_entropy matches PyTorch with weight, ignore_index and label_smoothing",
+                   "[loss]", float, double) {
+    using T = TestType;
+    using lstm::io::read_safetensors;
+    using lstm::test::data_path;
+    const lstm::io::TensorFile inputs =
+        read_safetensors(data_path("ce_options.inputs.safetensors"));
+    const lstm::io::TensorFile expected =
+        read_safetensors(data_path("ce_options.expected.safetensors"));
+    const std::vector<double> logits64 = inputs.at("logits").floats_as_double();
+    const std::vector<T> logits(logits64.begin(), logits64.end());
+    const std::vector<double> weight64 = inputs.at("weight").floats_as_double();
+    const std::vector<T> weight(weight64.begin(), weight64.end());
+    const std::vector<int64_t> targets_given = inputs.at("targets").integers();
+    const int64_t rows = inputs.at("logits").shape[0], classes = inputs.at("logits").shape[1];
+
+    // Frames (T 2, N rows / 2 + 1): sequence n < rows / 2 holds rows 2n and 2n + 1; the last one
+    // has length 1 (lengths must be >= 1): its frame at t = 0 repeats row 0, its frame at t = 1
+    // is padding.
+    const int64_t batch = rows / 2 + 1, steps = 2;
+    std::vector<int64_t> lengths(batch, 2);
+    lengths[batch - 1] = 1;
+    // tol: float inputs are exact in T; float keeps ~1e-6 of the loss, double ~1e-15.
+    const double rtol = std::is_same_v<T, float> ? 2e-6 : 1e-13;
+    for (const Reduction reduction : kReductions) {
+        for (const bool weighted : {false, true}) {
+            for (const int64_t ignore_index : {int64_t{-100}, int64_t{2}}) {
+                for (const double smoothing : {0.0, 0.3}) {
+                    std::ostringstream key_stream;
+                    key_stream << lstm::loss::to_string(reduction) << "."
+                               << (weighted ? "given" : "none") << "." << ignore_index << "."
+                               << (smoothing == 0.0 ? "0.0" : "0.3");
+                    const std::string key = key_stream.str();
+                    INFO(key);
+                    // The fixture's targets for ignore_index 2 turned -100 into class 0.
+                    std::vector<int64_t> targets = targets_given;
+                    if (ignore_index != -100)
+                        for (int64_t& t : targets) t = std::max<int64_t>(t, 0);
+                    lstm::loss::CrossEntropyOptions<T> options(reduction);
+                    options.ignore_index = ignore_index;
+                    options.label_smoothing = smoothing;
+                    if (weighted) options.weight = Span<const T>(weight);
+
+                    std::vector<T> grad(rows * classes), losses(rows);
+                    const T loss =
+                        cross_entropy(TensorView<const T>(logits.data(), {rows, classes}),
+                                      Span<const int64_t>(targets), options,
+                                      TensorView<T>(grad.data(), {rows, classes}),
+                                      TensorView<T>(losses.data(), {rows}));
+                    const std::vector<double> want_loss =
+                        expected.at("loss." + key).floats_as_double();
+                    const std::vector<double> want_grad =
+                        expected.at("grad." + key).floats_as_double();
+                    if (reduction == Reduction::none) {
+                        LSTM_CHECK_CLOSE(
+                            lstm::test::compare("losses", losses, want_loss, rtol, rtol));
+                    } else {
+                        CHECK(static_cast<double>(loss) == Approx(want_loss[0]).epsilon(rtol));
+                    }
+                    LSTM_CHECK_CLOSE(lstm::test::compare("grad", grad, want_grad, rtol, rtol));
+                    // Ignored rows: exactly zero.
+                    for (int64_t r = 0; r < rows; ++r) {
+                        if (targets[r] != ignore_index) continue;
+                        CHECK(losses[r] == T(0));
+                        for (int64_t c = 0; c < classes; ++c) CHECK(grad[r * classes + c] == T(0));
+                    }
+
+                    // The frames form over the same rows plus one repeat of row 0 (so its
+                    // reduction counts row 0 twice unless row 0 is ignored).
+                    std::vector<T> frames(steps * batch * classes, T(1e30));
+                    std::vector<int64_t> frame_targets(steps * batch, -7);
+                    auto frame_of = [&](int64_t r) { return (r % 2) * batch + r / 2; };
+                    for (int64_t r = 0; r <= rows; ++r) {
+                        const int64_t f = r < rows ? frame_of(r) : batch - 1, src = r % rows;
+                        std::copy_n(logits.begin() + src * classes, classes,
+                                    frames.begin() + f * classes);
+                        frame_targets[f] = targets[src];
+                    }
+                    std::vector<T> frame_grad(frames.size()), frame_losses(steps * batch);
+                    const T frame_loss = cross_entropy_frames(
+                        TensorView<const T>(frames.data(), {steps, batch, classes}),
+                        Span<const int64_t>(lengths), Span<const int64_t>(frame_targets), options,
+                        TensorView<T>(frame_grad.data(), {steps, batch, classes}),
+                        TensorView<T>(frame_losses.data(), {steps, batch}));
+                    // The row form over rows + row 0 again is the frames' oracle.
+                    std::vector<T> more_logits(logits);
+                    more_logits.insert(more_logits.end(), logits.begin(), logits.begin() + classes);
+                    std::vector<int64_t> more_targets(targets);
+                    more_targets.push_back(targets[0]);
+                    std::vector<T> more_grad(more_logits.size());
+                    const T more_loss =
+                        cross_entropy(TensorView<const T>(more_logits.data(), {rows + 1, classes}),
+                                      Span<const int64_t>(more_targets), options,
+                                      TensorView<T>(more_grad.data(), {rows + 1, classes}));
+                    // Only the order of the double sums (loss, mean's denominator) differs.
+                    const double order_tol = std::is_same_v<T, float> ? 1e-7 : 1e-14;
+                    CHECK(static_cast<double>(frame_loss) ==
+                          Approx(static_cast<double>(more_loss)).epsilon(order_tol));
+                    std::vector<T> frame_grad_rows(more_grad.size());
+                    for (int64_t r = 0; r <= rows; ++r) {
+                        const int64_t f = r < rows ? frame_of(r) : batch - 1;
+                        std::copy_n(frame_grad.begin() + f * classes, classes,
+                                    frame_grad_rows.begin() + r * classes);
+                    }
+                    LSTM_CHECK_CLOSE(lstm::test::compare("frames' grad", frame_grad_rows, more_grad,
+                                                         order_tol, order_tol));
+                    CHECK(frame_losses[steps * batch - 1] == T(0));  // the padded frame
+                }
+            }
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("cross_entropy with label smoothing on uniform logits gives ln C", "[loss]",
+                   float, double) {
+    // A uniform row's loss is ln C against any target distribution; its gradient is
+    // softmax - target = 1/C - ((1 - s) onehot + s / C): -(1 - s)(1 - 1/C) at the target, and
+    // (1 - s) / C elsewhere.
+    using T = TestType;
+    const int64_t classes = 8;
+    const std::vector<T> logits(classes, T(-3.5));
+    const std::vector<int64_t> targets = {5};
+    std::vector<T> grad(classes);
+    lstm::loss::CrossEntropyOptions<T> options(Reduction::sum);
+    options.label_smoothing = 0.4;
+    const T loss = cross_entropy(TensorView<const T>(logits.data(), {1, classes}),
+                                 Span<const int64_t>(targets), options,
+                                 TensorView<T>(grad.data(), {1, classes}));
+    CHECK(static_cast<double>(loss) == Approx(std::log(8.0)).epsilon(tol<T>()));
+    std::vector<double> want(classes, 0.6 / 8);
+    want[5] = -0.6 * (1 - 1.0 / 8);
+    LSTM_CHECK_CLOSE(lstm::test::compare("grad", grad, want, tol<T>(), tol<T>()));
+}
+
+TEST_CASE("cross_entropy ignores PyTorch's -100 targets by default; a mean of none is NaN",
+          "[loss]") {
+    const std::vector<double> logits = {0.5, -1.0, 2.0, 0.0, 0.0, 0.0};
+    const TensorView<const double> x(logits.data(), {2, 3});
+    std::vector<int64_t> targets = {-100, 1};
+    // Only row 1 counts: its loss is ln 3, and mean divides by 1.
+    CHECK(cross_entropy(x, Span<const int64_t>(targets)) == Approx(std::log(3.0)).epsilon(1e-15));
+    targets = {-100, -100};
+    CHECK(std::isnan(cross_entropy(x, Span<const int64_t>(targets))));
+    std::vector<double> grad(6, 1.0);
+    CHECK(cross_entropy(x, Span<const int64_t>(targets), Reduction::sum,
+                        TensorView<double>(grad.data(), {2, 3})) == 0.0);
+    CHECK(grad == std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("cross_entropy refuses bad options, naming them", "[loss]") {
+    const std::vector<double> logits(6, 0.0);
+    const TensorView<const double> x(logits.data(), {2, 3});
+    const std::vector<int64_t> targets = {0, 2};
+    lstm::loss::CrossEntropyOptions<double> options;
+    for (const double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+        options.label_smoothing = bad;
+        CHECK_THROWS_WITH(cross_entropy(x, Span<const int64_t>(targets), options),
+                          Catch::Contains("cross_entropy: label_smoothing must be in [0, 1], got"));
+        CHECK_THROWS_WITH(
+            cross_entropy_frames(TensorView<const double>(logits.data(), {1, 2, 3}), {},
+                                 Span<const int64_t>(targets), options),
+            Catch::Contains("cross_entropy_frames: label_smoothing must be in [0, 1]"));
+    }
+    options.label_smoothing = 1.0;  // the end is allowed
+    CHECK_NOTHROW(cross_entropy(x, Span<const int64_t>(targets), options));
+    const std::vector<double> weight = {1.0, 2.0};
+    options.weight = Span<const double>(weight);
+    CHECK_THROWS_WITH(
+        cross_entropy(x, Span<const int64_t>(targets), options),
+        Catch::Contains("weight must have C = 3 elements (or none for every class weighing 1), "
+                        "got 2"));
+    options.weight = Span<const double>(nullptr, 3);
+    CHECK_THROWS_WITH(cross_entropy(x, Span<const int64_t>(targets), options),
+                      Catch::Contains("weight has 3 elements but no data"));
+    options.weight = {};
+    options.ignore_index = 1;
+    const std::vector<int64_t> out_of_range = {0, -100};  // -100 is a class index no more
+    CHECK_THROWS_WITH(cross_entropy(x, Span<const int64_t>(out_of_range), options),
+                      Catch::Contains("targets[1] = -100 is out of range for 3 classes (expected "
+                                      "0..2, or ignore_index = 1)"));
 }

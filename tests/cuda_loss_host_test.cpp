@@ -765,8 +765,9 @@ TEST_CASE("cuda losses: sizes past the kernels' int32 are refused before any dev
     const std::vector<int64_t> lengths = {steps};
     const float* logits = reinterpret_cast<const float*>(uintptr_t(1) << 40);
     const int64_t* targets = reinterpret_cast<const int64_t*>(uintptr_t(1) << 41);
-    CHECK_THROWS_WITH(lstm::cuda::cross_entropy_rows(context, steps, 1, 1, lengths.data(), logits,
-                                                     targets, 1.0f, nullptr, nullptr),
+    CHECK_THROWS_WITH(lstm::cuda::cross_entropy_rows(
+                          context, steps, 1, 1, lengths.data(), logits, targets,
+                          lstm::kernels::cpu::CeOptions<float>{}, 1.0f, nullptr, nullptr),
                       Contains("cross_entropy_frames: T = 2147483653 frames exceed") &&
                           Contains("(int32, at most 2147483647)"));
 
@@ -801,15 +802,18 @@ struct CeEmulated {
 };
 
 // kernels/cuda/cross_entropy.cu over the same grid: a warp per row, then one block's fixed-order
-// sum. rows = steps * batch; lengths empty for "every row valid".
+// sum. rows = steps * batch; lengths empty for "every row valid"; targets uploaded as
+// lstm/loss/cross_entropy_cuda.cpp does.
 template <typename T>
 CeEmulated<T> emulate_ce(const std::vector<T>& logits, const std::vector<int64_t>& targets,
                          int64_t rows, int64_t classes, int64_t batch,
-                         const std::vector<int64_t>& lengths, T scale) {
+                         const std::vector<int64_t>& lengths, T scale,
+                         const lstm::kernels::cpu::CeOptions<T>& options = {}) {
     std::vector<int32_t> targets32(rows, 0), lengths32(lengths.begin(), lengths.end());
     for (int64_t r = 0; r < rows; ++r)
         if (lengths.empty() || r / batch < lengths[r % batch])
-            targets32[r] = static_cast<int32_t>(targets[r]);
+            targets32[r] = targets[r] == options.ignore_index ? kc::kCeIgnored
+                                                              : static_cast<int32_t>(targets[r]);
     CeEmulated<T> out;
     out.losses.assign(rows, std::numeric_limits<T>::quiet_NaN());
     out.grad.assign(rows * classes, std::numeric_limits<T>::quiet_NaN());
@@ -821,24 +825,34 @@ CeEmulated<T> emulate_ce(const std::vector<T>& logits, const std::vector<int64_t
     a.lengths = lengths.empty() ? nullptr : lengths32.data();
     a.logits = logits.data();
     a.targets = targets32.data();
+    a.weight = options.weight;
+    a.weight_sum = options.weight_sum;
+    a.smoothing = options.smoothing;
     a.scale = scale;
     a.losses = out.losses.data();
     a.grad = out.grad.data();
     a.row_loss = row_loss.data();
     a.total = &out.total;
     for (int64_t row = 0; row < rows; ++row) {
-        T max[kc::kWarpLanes], sum[kc::kWarpLanes];
+        T max[kc::kWarpLanes], sum[kc::kWarpLanes], shifted[kc::kWarpLanes];
         for (int l = 0; l < kc::kWarpLanes; ++l) {
             max[l] = T(0);
             sum[l] = T(1);
+            shifted[l] = T(0);
         }
-        if (kc::ce_row_valid(a, row)) {
+        if (kc::ce_row_counted(a, row)) {
             for (int l = 0; l < kc::kWarpLanes; ++l) max[l] = kc::ce_lane_max(a, row, l);
             butterfly(max, [](T x, T y) { return kc::loss_max(x, y); });
             for (int l = 0; l < kc::kWarpLanes; ++l) sum[l] = kc::ce_lane_sum(a, row, l, max[l]);
             butterfly(sum, [](T x, T y) { return x + y; });
+            if (a.smoothing != T(0)) {
+                for (int l = 0; l < kc::kWarpLanes; ++l)
+                    shifted[l] = kc::ce_lane_shifted(a, row, l, max[l]);
+                butterfly(shifted, [](T x, T y) { return x + y; });
+            }
         }
-        for (int l = 0; l < kc::kWarpLanes; ++l) kc::ce_lane_finish(a, row, l, max[l], sum[l]);
+        for (int l = 0; l < kc::kWarpLanes; ++l)
+            kc::ce_lane_finish(a, row, l, max[l], sum[l], shifted[l]);
     }
     constexpr int64_t threads = 256;  // kCeTotalThreads (kernels/cuda/cross_entropy.hpp)
     double partial[threads];
@@ -918,5 +932,60 @@ TEMPLATE_TEST_CASE("cuda cross-entropy kernels match cross_entropy_frames with p
         if (r / batch < lengths[r % batch]) continue;
         CHECK(got.losses[r] == T(0));
         for (int64_t k = 0; k < classes; ++k) CHECK(got.grad[r * classes + k] == T(0));
+    }
+}
+
+TEMPLATE_TEST_CASE(
+    "cuda cross-entropy kernels match the CPU with weight, ignore_index and "
+    "label smoothing",
+    "[cuda_loss_host]", float, double) {
+    using T = TestType;
+    const int64_t steps = 7, batch = 3, classes = 45;  // more classes than a warp has lanes
+    const int64_t rows = steps * batch;
+    const std::vector<int64_t> lengths = {7, 2, 5};
+    const std::vector<T> logits = lstm::test::random_vector<T>(rows * classes, 13, -5.0, 5.0);
+    const std::vector<T> weight = lstm::test::random_vector<T>(classes, 14, 0.1, 3.0);
+    std::vector<int64_t> targets(rows);
+    for (int64_t r = 0; r < rows; ++r) targets[r] = r % 4 == 1 ? 7 : (r * 11) % classes;
+    for (const bool weighted : {false, true}) {
+        for (const double smoothing : {0.0, 0.25, 1.0}) {
+            INFO("weighted " << weighted << ", label_smoothing " << smoothing);
+            lstm::loss::CrossEntropyOptions<T> options(Reduction::mean);
+            options.ignore_index = 7;  // a class index: rows of class 7 count for nothing
+            options.label_smoothing = smoothing;
+            if (weighted) options.weight = Span<const T>(weight);
+            std::vector<T> grad(rows * classes), losses(rows);
+            const T want = lstm::loss::cross_entropy_frames(
+                TensorView<const T>(logits.data(), {steps, batch, classes}),
+                Span<const int64_t>(lengths), Span<const int64_t>(targets), options,
+                TensorView<T>(grad.data(), {steps, batch, classes}),
+                TensorView<T>(losses.data(), {steps, batch}));
+            // mean's denominator: the counted frames' target weights.
+            double denominator = 0;
+            T weight_sum = 0;
+            for (const T w : weight) weight_sum += w;
+            for (int64_t r = 0; r < rows; ++r)
+                if (r / batch < lengths[r % batch] && targets[r] != 7)
+                    denominator += weighted ? static_cast<double>(weight[targets[r]]) : 1.0;
+            lstm::kernels::cpu::CeOptions<T> k;
+            k.weight = weighted ? weight.data() : nullptr;
+            k.weight_sum = weighted ? weight_sum : static_cast<T>(classes);
+            k.smoothing = static_cast<T>(smoothing);
+            k.ignore_index = 7;
+            const T scale = static_cast<T>(1.0 / denominator);
+            const CeEmulated<T> got =
+                emulate_ce(logits, targets, rows, classes, batch, lengths, scale, k);
+            CHECK(got.total / denominator ==
+                  Approx(static_cast<double>(want)).epsilon(ce_tol<T>()));
+            LSTM_CHECK_CLOSE(
+                lstm::test::compare("losses", got.losses, losses, ce_tol<T>() * 10, ce_tol<T>()));
+            LSTM_CHECK_CLOSE(lstm::test::compare(
+                "grad", got.grad, grad, ce_tol<T>() * static_cast<double>(scale), ce_tol<T>()));
+            for (int64_t r = 0; r < rows; ++r) {
+                if (r / batch < lengths[r % batch] && targets[r] != 7) continue;
+                CHECK(got.losses[r] == T(0));
+                for (int64_t c = 0; c < classes; ++c) CHECK(got.grad[r * classes + c] == T(0));
+            }
+        }
     }
 }

@@ -16,12 +16,13 @@ __global__ void cross_entropy_rows_kernel(CeArgs<T> a) {
     const int64_t row = static_cast<int64_t>(blockIdx.x) * kCeRowWarps + threadIdx.x / kWarpLanes;
     // Whole warps leave together, so the shuffles always see all 32 lanes.
     if (row >= a.rows) return;
-    T max = T(0), sum = T(1);  // unused for invalid rows
-    if (ce_row_valid(a, row)) {
+    T max = T(0), sum = T(1), shifted = T(0);  // unused for rows not counted
+    if (ce_row_counted(a, row)) {
         max = warp_max(ce_lane_max(a, row, lane));
         sum = warp_sum(ce_lane_sum(a, row, lane, max));
+        if (a.smoothing != T(0)) shifted = warp_sum(ce_lane_shifted(a, row, lane, max));
     }
-    ce_lane_finish(a, row, lane, max, sum);
+    ce_lane_finish(a, row, lane, max, sum, shifted);
 }
 
 template <typename T>

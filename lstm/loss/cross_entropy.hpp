@@ -1,8 +1,9 @@
 #pragma once
 
 // Softmax cross-entropy with PyTorch's semantics (torch.nn.functional.cross_entropy with class
-// indices, no class weights, no ignore_index, no label smoothing), in two forms: rows (M, C) and
-// per-frame labels of a padded, time-major sequence batch (T, N, C).
+// indices: reduction, weight, ignore_index and label_smoothing as PyTorch takes them; targets as
+// class probabilities are not taken), in two forms: rows (M, C) and per-frame labels of a padded,
+// time-major sequence batch (T, N, C).
 
 #include <cmath>
 #include <cstdint>
@@ -23,6 +24,28 @@ class Context;  // lstm/cuda/context.hpp
 }  // namespace lstm::cuda
 
 namespace lstm::loss {
+
+// PyTorch's keyword arguments of F.cross_entropy, with its defaults. A Reduction converts to
+// options with the other arguments at their defaults, so cross_entropy(logits, targets,
+// Reduction::sum, grad) keeps working.
+template <typename T>
+struct CrossEntropyOptions {
+    CrossEntropyOptions(Reduction r = Reduction::mean) : reduction(r) {}  // NOLINT: implicit
+
+    Reduction reduction;
+    // Rows (frames) whose target equals it count for nothing: zero loss and gradient, left out of
+    // mean's denominator and never range-checked. PyTorch's default; any value may be chosen,
+    // a class index too.
+    int64_t ignore_index = -100;
+    // s in [0, 1]: the loss is taken against (1 - s) onehot(target) + s / C instead of the
+    // onehot, as PyTorch's label_smoothing.
+    double label_smoothing = 0.0;
+    // Class weights (C), host, or empty for every class weighing 1: a row's loss against class c
+    // is scaled by weight[c], and mean divides by the sum of the counted rows' target weights
+    // (PyTorch's weighted mean; the smoothing term too). Weights are taken as given (negative,
+    // zero: PyTorch checks neither).
+    Span<const T> weight;
+};
 
 namespace detail {
 
@@ -63,36 +86,85 @@ void check_ce_outputs_apart(TensorView<const T> logits, TensorView<T> grad, Tens
     check(!overlaps(grad, losses), function, ": grad and losses must not overlap");
 }
 
-// Factor that turns d(sum of counted losses) into d(returned loss).
-inline double ce_reduction_scale(Reduction reduction, int64_t count) {
-    return reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0;
+// Checks the options against C classes and turns them into the kernels' form (weight_sum in T, in
+// class order, as PyTorch's weight.sum()).
+template <typename T>
+kernels::cpu::CeOptions<T> ce_kernel_options(const CrossEntropyOptions<T>& options, int64_t classes,
+                                             const char* function) {
+    check(options.weight.empty() || options.weight.size == classes, function,
+          ": weight must have C = ", classes,
+          " elements (or none for every class weighing 1), got ", options.weight.size);
+    check(options.weight.empty() || options.weight.data != nullptr, function, ": weight has ",
+          options.weight.size, " elements but no data");
+    // Written so that NaN fails too.
+    check(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, function,
+          ": label_smoothing must be in [0, 1], got ", options.label_smoothing);
+    kernels::cpu::CeOptions<T> k;
+    k.weight = options.weight.empty() ? nullptr : options.weight.data;
+    k.smoothing = static_cast<T>(options.label_smoothing);
+    k.ignore_index = options.ignore_index;
+    k.weight_sum = static_cast<T>(classes);
+    if (k.weight) {
+        k.weight_sum = T(0);
+        for (int64_t c = 0; c < classes; ++c) k.weight_sum += k.weight[c];
+    }
+    return k;
 }
 
-// The returned loss from the double sum of the counted losses; mean over no elements is NaN,
-// as in PyTorch.
+// The rows a reduction counts: how many, and the sum of their targets' weights (mean's
+// denominator, PyTorch's; the count itself without weights).
+struct CeCount {
+    int64_t rows = 0;
+    double weight = 0.0;
+};
+
+// Adds one counted row with target `target` to the count.
 template <typename T>
-T ce_reduce_total(Reduction reduction, double total, int64_t count) {
+void ce_count_row(CeCount& count, const kernels::cpu::CeOptions<T>& k, int64_t target) {
+    ++count.rows;
+    count.weight += k.weight ? static_cast<double>(k.weight[target]) : 1.0;
+}
+
+// Factor that turns d(sum of counted losses) into d(returned loss).
+inline double ce_reduction_scale(Reduction reduction, const CeCount& count) {
+    return reduction == Reduction::mean ? 1.0 / count.weight : 1.0;
+}
+
+// The returned loss from the double sum of the counted losses; mean over no counted rows is
+// NaN, as in PyTorch (and so is a mean whose counted rows all weigh 0).
+template <typename T>
+T ce_reduce_total(Reduction reduction, double total, const CeCount& count) {
     if (reduction != Reduction::mean) return static_cast<T>(total);
-    if (count == 0) return std::numeric_limits<T>::quiet_NaN();
-    return static_cast<T>(total / static_cast<double>(count));
+    if (count.rows == 0) return std::numeric_limits<T>::quiet_NaN();
+    return static_cast<T>(total / count.weight);
 }
 
 }  // namespace detail
 
+// The argument after targets takes a Reduction or a CrossEntropyOptions<T>; this keeps T deduced
+// from the logits alone.
+template <typename T>
+using CrossEntropyOptionsOf = typename std::common_type<CrossEntropyOptions<T>>::type;
+
 // Cross-entropy of logits (M, C) against class indices targets (M), all host, row-major.
-// Returns the reduced loss: sum, or sum / M for mean (NaN when M == 0, as in PyTorch); for none
-// it returns the sum, and the per-row losses are what `losses` holds.
-// grad (M, C), optional (empty view = not wanted): overwritten with d(returned loss)/d(logits),
-// i.e. (softmax - onehot) scaled by 1 for none and sum, 1 / M for mean.
-// losses (M), optional: overwritten with each row's unreduced loss, whatever the reduction.
-// Throws lstm::Error on a shape mismatch or a target outside [0, C), before writing anything.
-// Device: logits, grad and losses on the host, or all on cuda (targets stay a host span); cuda
-// needs `context`, queues the work on its stream and waits for it (the loss comes back to the
-// host), with the same arguments, checks and results (sums in a fixed order, bit-identical run
-// to run; rounding differs from the host's in the last bits).
+// Returns the reduced loss: sum, or the weighted mean over the counted rows (sum / M without
+// weights or ignored rows; NaN when nothing counts, as in PyTorch); for none it returns the sum,
+// and the per-row losses are what `losses` holds. A row counts unless its target equals
+// options.ignore_index.
+// grad (M, C), optional (empty view = not wanted): overwritten with d(returned loss)/d(logits)
+// (softmax - onehot, scaled by 1 for none and sum, 1 / M for mean, without options); ignored
+// rows get zeros.
+// losses (M), optional: overwritten with each row's unreduced loss, whatever the reduction (0 for
+// an ignored row).
+// Throws lstm::Error on a shape mismatch, bad options or a counted row's target outside [0, C),
+// before writing anything.
+// Device: logits, grad and losses on the host, or all on cuda (targets and options.weight stay
+// host spans); cuda needs `context`, queues the work on its stream and waits for it (the loss
+// comes back to the host), with the same arguments, checks and results (sums in a fixed order,
+// bit-identical run to run; rounding differs from the host's in the last bits).
 template <typename T>
 T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
-                Reduction reduction = Reduction::mean, TensorView<T> grad = {},
+                const CrossEntropyOptionsOf<T>& options = {}, TensorView<T> grad = {},
                 TensorView<T> losses = {}, cuda::Context* context = nullptr) {
     constexpr const char* fn = "cross_entropy";
     check(logits.rank() == 2, fn, ": logits must have rank 2 (M, C), got shape ",
@@ -109,47 +181,55 @@ T cross_entropy(TensorView<const T> logits, Span<const int64_t> targets,
     if (!grad.empty()) check_shape(grad, "cross_entropy: grad", {rows, classes});
     if (!losses.empty()) check_shape(losses, "cross_entropy: losses", {rows});
     detail::check_ce_outputs_apart(logits, grad, losses, fn);
+    const kernels::cpu::CeOptions<T> k = detail::ce_kernel_options(options, classes, fn);
+    detail::CeCount count;
     for (int64_t r = 0; r < rows; ++r) {
+        if (targets[r] == options.ignore_index) continue;
         check(targets[r] >= 0 && targets[r] < classes, fn, ": targets[", r, "] = ", targets[r],
-              " is out of range for ", classes, " classes (expected 0..", classes - 1, ")");
+              " is out of range for ", classes, " classes (expected 0..", classes - 1,
+              ", or ignore_index = ", options.ignore_index, ")");
+        detail::ce_count_row(count, k, targets[r]);
     }
-    const T scale = static_cast<T>(detail::ce_reduction_scale(reduction, rows));
+    const T scale = static_cast<T>(detail::ce_reduction_scale(options.reduction, count));
 #if LSTM_WITH_CUDA
     if (logits.device() == Device::cuda) {
         const double total = cuda::cross_entropy_rows(
-            *context, rows, classes, rows, nullptr, logits.data(), targets.data, scale,
+            *context, rows, classes, rows, nullptr, logits.data(), targets.data, k, scale,
             losses.empty() ? nullptr : losses.data(), grad.empty() ? nullptr : grad.data());
-        return detail::ce_reduce_total<T>(reduction, total, rows);
+        return detail::ce_reduce_total<T>(options.reduction, total, count);
     }
 #endif
     const double total = kernels::cpu::cross_entropy_rows<T>(
-        rows, classes, rows, nullptr, logits.data(), targets.data, scale,
+        rows, classes, rows, nullptr, logits.data(), targets.data, k, scale,
         losses.empty() ? nullptr : losses.data(), grad.empty() ? nullptr : grad.data());
-    return detail::ce_reduce_total<T>(reduction, total, rows);
+    return detail::ce_reduce_total<T>(options.reduction, total, count);
 }
 
 // Same for mutable logits, so that callers need not spell out the const view.
 template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
 T cross_entropy(TensorView<T> logits, Span<const int64_t> targets,
-                Reduction reduction = Reduction::mean, TensorView<T> grad = {},
+                const CrossEntropyOptionsOf<T>& options = {}, TensorView<T> grad = {},
                 TensorView<T> losses = {}, cuda::Context* context = nullptr) {
-    return cross_entropy<T>(TensorView<const T>(logits), targets, reduction, grad, losses, context);
+    return cross_entropy<T>(TensorView<const T>(logits), targets, options, grad, losses, context);
 }
 
 // Per-frame cross-entropy of a padded, time-major batch: logits (T, N, C), targets (T * N)
 // time-major (frame (t, n) at t * N + n), lengths (N) each in 1..T, or empty for all T; all host.
 // Frames with t >= lengths[n] are padding: they count for nothing, their targets are never read
-// or range-checked, and they get exactly zero gradient and zero loss.
-// Returns the reduced loss over the valid frames: sum, or sum / (number of valid frames) for mean
-// (PyTorch's mean over the counted elements); for none it returns the sum.
+// or range-checked, and they get exactly zero gradient and zero loss; so do valid frames whose
+// target is options.ignore_index.
+// Returns the reduced loss over the counted frames: sum, or the weighted mean (sum / (number of
+// counted frames) without weights: PyTorch's mean over the counted elements); for none it returns
+// the sum.
 // grad (T, N, C), optional: overwritten with d(returned loss)/d(logits).
-// losses (T, N), optional: overwritten with each frame's unreduced loss (zero when padded).
-// Throws lstm::Error on a shape mismatch, a length outside 1..T or a valid frame's target
-// outside [0, C), before writing anything.
-// Device: as cross_entropy (cuda tensors need `context`; lengths and targets stay host spans).
+// losses (T, N), optional: overwritten with each frame's unreduced loss (zero when not counted).
+// Throws lstm::Error on a shape mismatch, bad options, a length outside 1..T or a counted frame's
+// target outside [0, C), before writing anything.
+// Device: as cross_entropy (cuda tensors need `context`; lengths, targets and options.weight
+// stay host spans).
 template <typename T>
 T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
-                       Span<const int64_t> targets, Reduction reduction = Reduction::mean,
+                       Span<const int64_t> targets, const CrossEntropyOptionsOf<T>& options = {},
                        TensorView<T> grad = {}, TensorView<T> losses = {},
                        cuda::Context* context = nullptr) {
     constexpr const char* fn = "cross_entropy_frames";
@@ -172,44 +252,47 @@ T cross_entropy_frames(TensorView<const T> logits, Span<const int64_t> lengths,
     detail::check_ce_outputs_apart(logits, grad, losses, fn);
     check(!lengths.empty() || steps >= 1 || batch == 0, fn, ": logits has T = ", steps,
           " frames, and with no lengths every one of its ", batch, " sequences needs at least one");
+    const kernels::cpu::CeOptions<T> k = detail::ce_kernel_options(options, classes, fn);
 
-    int64_t count = 0;
+    detail::CeCount count;
     for (int64_t n = 0; n < batch; ++n) {
         const int64_t length = lengths.empty() ? steps : lengths[n];
         check(length >= 1, fn, ": lengths[", n, "] = ", length, " must be >= 1");
         check(length <= steps, fn, ": lengths[", n, "] = ", length, " exceeds T = ", steps);
-        count += length;
         for (int64_t t = 0; t < length; ++t) {
             const int64_t target = targets[t * batch + n];
+            if (target == options.ignore_index) continue;
             check(target >= 0 && target < classes, fn, ": targets[", t * batch + n, "] = ", target,
                   " is out of range for ", classes, " classes (expected 0..", classes - 1,
-                  "; frame t = ", t, ", n = ", n, ")");
+                  ", or ignore_index = ", options.ignore_index, "; frame t = ", t, ", n = ", n,
+                  ")");
+            detail::ce_count_row(count, k, target);
         }
     }
-    const T scale = static_cast<T>(detail::ce_reduction_scale(reduction, count));
+    const T scale = static_cast<T>(detail::ce_reduction_scale(options.reduction, count));
 #if LSTM_WITH_CUDA
     if (logits.device() == Device::cuda) {
         const double total = cuda::cross_entropy_rows(
             *context, steps * batch, classes, batch, lengths.empty() ? nullptr : lengths.data,
-            logits.data(), targets.data, scale, losses.empty() ? nullptr : losses.data(),
+            logits.data(), targets.data, k, scale, losses.empty() ? nullptr : losses.data(),
             grad.empty() ? nullptr : grad.data());
-        return detail::ce_reduce_total<T>(reduction, total, count);
+        return detail::ce_reduce_total<T>(options.reduction, total, count);
     }
 #endif
     const double total = kernels::cpu::cross_entropy_rows<T>(
         steps * batch, classes, batch, lengths.empty() ? nullptr : lengths.data, logits.data(),
-        targets.data, scale, losses.empty() ? nullptr : losses.data(),
+        targets.data, k, scale, losses.empty() ? nullptr : losses.data(),
         grad.empty() ? nullptr : grad.data());
-    return detail::ce_reduce_total<T>(reduction, total, count);
+    return detail::ce_reduce_total<T>(options.reduction, total, count);
 }
 
 // Same for mutable logits, so that callers need not spell out the const view.
 template <typename T, typename = std::enable_if_t<!std::is_const_v<T>>>
 T cross_entropy_frames(TensorView<T> logits, Span<const int64_t> lengths,
-                       Span<const int64_t> targets, Reduction reduction = Reduction::mean,
+                       Span<const int64_t> targets, const CrossEntropyOptionsOf<T>& options = {},
                        TensorView<T> grad = {}, TensorView<T> losses = {},
                        cuda::Context* context = nullptr) {
-    return cross_entropy_frames<T>(TensorView<const T>(logits), lengths, targets, reduction, grad,
+    return cross_entropy_frames<T>(TensorView<const T>(logits), lengths, targets, options, grad,
                                    losses, context);
 }
 

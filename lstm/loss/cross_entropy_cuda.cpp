@@ -25,10 +25,11 @@ struct CrossEntropyPlan : Plan {
 
 // Byte offsets into the device scratch; every piece 256-byte aligned, like cudaMalloc's result.
 struct CeLayout {
-    size_t targets = 0, lengths = 0, upload_bytes = 0, row_loss = 0, total = 0, bytes = 0;
+    size_t targets = 0, lengths = 0, weight = 0, upload_bytes = 0, row_loss = 0, total = 0,
+           bytes = 0;
 };
 
-CeLayout ce_layout(int64_t rows, int64_t batch, bool with_lengths) {
+CeLayout ce_layout(int64_t rows, int64_t batch, bool with_lengths, size_t weight_bytes) {
     constexpr size_t kAlign = 256;
     size_t at = 0;
     auto take = [&](size_t bytes) {
@@ -39,6 +40,7 @@ CeLayout ce_layout(int64_t rows, int64_t batch, bool with_lengths) {
     CeLayout l;
     l.targets = take(static_cast<size_t>(rows) * sizeof(int32_t));
     l.lengths = take(with_lengths ? static_cast<size_t>(batch) * sizeof(int32_t) : 0);
+    l.weight = take(weight_bytes);
     l.upload_bytes = at;
     l.row_loss = take(static_cast<size_t>(rows) * sizeof(double));
     l.total = take(sizeof(double));
@@ -48,7 +50,8 @@ CeLayout ce_layout(int64_t rows, int64_t batch, bool with_lengths) {
 
 template <typename T>
 double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const int64_t* lengths,
-           const T* logits, const int64_t* targets, T scale, T* losses, T* grad) {
+           const T* logits, const int64_t* targets, const kernels::cpu::CeOptions<T>& options,
+           T scale, T* losses, T* grad) {
     constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
     check(classes <= kInt32Max, "cross_entropy: C = ", classes,
           " classes exceed what the cuda kernels index (2^31 - 1)");
@@ -62,20 +65,25 @@ double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const
     // A key short enough for std::string's inline buffer: looking it up allocates nothing.
     auto& plan =
         impl.plan<CrossEntropyPlan>("loss/ce", [] { return std::make_unique<CrossEntropyPlan>(); });
-    const CeLayout layout = ce_layout(rows, batch, lengths != nullptr);
+    const size_t weight_bytes = options.weight ? static_cast<size_t>(classes) * sizeof(T) : 0;
+    const CeLayout layout = ce_layout(rows, batch, lengths != nullptr, weight_bytes);
     plan.device.reserve(layout.bytes);
     if (plan.staging.size() < layout.upload_bytes) plan.staging.resize(layout.upload_bytes);
 
-    // Targets as int32 (valid rows only; padded rows' targets are never read, so they stay 0).
+    // Targets as int32 for valid rows, kCeIgnored for those of ignore_index (whatever value it
+    // has, so the kernels need not know it); padded rows' targets are never read, so they stay 0.
     unsigned char* host = plan.staging.data();
     auto* targets32 = reinterpret_cast<int32_t*>(host + layout.targets);
     auto* lengths32 = reinterpret_cast<int32_t*>(host + layout.lengths);
     for (int64_t r = 0; r < rows; ++r) {
         const bool valid = lengths == nullptr || r / batch < lengths[r % batch];
-        targets32[r] = valid ? static_cast<int32_t>(targets[r]) : 0;
+        targets32[r] = !valid                               ? 0
+                       : targets[r] == options.ignore_index ? kernels::cuda::kCeIgnored
+                                                            : static_cast<int32_t>(targets[r]);
     }
     if (lengths)
         for (int64_t n = 0; n < batch; ++n) lengths32[n] = static_cast<int32_t>(lengths[n]);
+    if (weight_bytes > 0) std::memcpy(host + layout.weight, options.weight, weight_bytes);
 
     auto* base = static_cast<unsigned char*>(plan.device.data());
     if (layout.upload_bytes > 0)
@@ -88,6 +96,9 @@ double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const
     a.lengths = lengths ? reinterpret_cast<const int32_t*>(base + layout.lengths) : nullptr;
     a.logits = logits;
     a.targets = reinterpret_cast<const int32_t*>(base + layout.targets);
+    a.weight = options.weight ? reinterpret_cast<const T*>(base + layout.weight) : nullptr;
+    a.weight_sum = options.weight_sum;
+    a.smoothing = options.smoothing;
     a.scale = scale;
     a.losses = losses;
     a.grad = grad;
@@ -105,14 +116,18 @@ double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const
 
 double cross_entropy_rows(Context& context, int64_t rows, int64_t classes, int64_t batch,
                           const int64_t* lengths, const float* logits, const int64_t* targets,
-                          float scale, float* losses, float* grad) {
-    return run(context, rows, classes, batch, lengths, logits, targets, scale, losses, grad);
+                          const kernels::cpu::CeOptions<float>& options, float scale, float* losses,
+                          float* grad) {
+    return run(context, rows, classes, batch, lengths, logits, targets, options, scale, losses,
+               grad);
 }
 
 double cross_entropy_rows(Context& context, int64_t rows, int64_t classes, int64_t batch,
                           const int64_t* lengths, const double* logits, const int64_t* targets,
-                          double scale, double* losses, double* grad) {
-    return run(context, rows, classes, batch, lengths, logits, targets, scale, losses, grad);
+                          const kernels::cpu::CeOptions<double>& options, double scale,
+                          double* losses, double* grad) {
+    return run(context, rows, classes, batch, lengths, logits, targets, options, scale, losses,
+               grad);
 }
 
 }  // namespace lstm::cuda

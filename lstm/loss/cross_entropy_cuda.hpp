@@ -8,23 +8,29 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cross_entropy.hpp"  // CeOptions
+
 namespace lstm::cuda {
 
 class Context;
 
 // Rows of a time-major frame batch on the device, already validated by the caller: logits (rows,
-// classes) device; targets (rows) host, in range for every valid row; lengths (batch) host or
-// null (every row valid; plain (M, C) logits pass batch = rows). Row r = t * batch + n is valid
-// when lengths is null or t < lengths[n]. Overwrites losses (rows, device, optional) with each
-// row's loss (0 when invalid) and grad (rows, classes, device, optional) with
-// scale * (softmax - onehot) (0 when invalid). Returns the double sum of the valid rows' losses,
-// added in a fixed order; waits on the context's stream. Per-call scratch is kept in a plan of
-// the context that only grows, so steady-state calls allocate nothing.
+// classes) device; targets (rows) host, in range for every counted row; lengths (batch) host or
+// null (every row valid; plain (M, C) logits pass batch = rows); options as the CPU kernel takes
+// them, options.weight (classes) host or null. Row r = t * batch + n counts when lengths is null
+// or t < lengths[n], and its target is not options.ignore_index. Overwrites losses (rows, device,
+// optional) with each row's loss (0 when not counted) and grad (rows, classes, device, optional)
+// with scale * d(loss)/d(logits) (0 when not counted), as kernels/cpu/cross_entropy.hpp defines
+// them. Returns the double sum of the counted rows' losses, added in a fixed order; waits on the
+// context's stream. Per-call scratch is kept in a plan of the context that only grows, so
+// steady-state calls allocate nothing.
 double cross_entropy_rows(Context& context, int64_t rows, int64_t classes, int64_t batch,
                           const int64_t* lengths, const float* logits, const int64_t* targets,
-                          float scale, float* losses, float* grad);
+                          const kernels::cpu::CeOptions<float>& options, float scale, float* losses,
+                          float* grad);
 double cross_entropy_rows(Context& context, int64_t rows, int64_t classes, int64_t batch,
                           const int64_t* lengths, const double* logits, const int64_t* targets,
-                          double scale, double* losses, double* grad);
+                          const kernels::cpu::CeOptions<double>& options, double scale,
+                          double* losses, double* grad);
 
 }  // namespace lstm::cuda

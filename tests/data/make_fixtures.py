@@ -38,6 +38,12 @@ the sum of the per-sample losses; no gradient is stored for an infinite loss). F
 gradient is logits.grad after ctc_loss(logits.log_softmax(-1), ...).backward(); for log_probs it
 is the true derivative -posterior (PyTorch's own log_probs.grad adds exp(log_probs), see
 docs/interop.md), checked here against finite differences.
+
+The cross-entropy case ce_options writes ce_options.inputs.safetensors (F32 logits (M, C), I64
+targets with ignored rows, F32 weight (C)) and ce_options.expected.safetensors with loss.<key>
+and grad.<key> for key = <reduction>.<weight: none or given>.<ignore_index>.<label_smoothing>,
+computed by torch.nn.functional.cross_entropy in float64 from the float32 inputs (grad.none.* is
+the gradient of the sum of the per-row losses).
 """
 
 import copy
@@ -213,6 +219,9 @@ CASES = {
     "lstm_proj_nobias_uni1": lambda: lstm_case("lstm_proj_nobias_uni1", 2, 6, 1, False, 5, 2,
                                                [5, 3], False, seed=11, proj_size=3, bias=False),
 
+    # Class weights, ignored rows (-100 and a class index) and label smoothing, every reduction.
+    "ce_options": lambda: ce_case("ce_options", 12, 6, seed=12),
+
     "ctc_logits_padded": lambda: ctc_case("ctc_logits_padded", 8, 3, 5, [3, 1, 2], [8, 5, 6], 0,
                                           "logits", False, seed=5),
     "ctc_logprobs_concat": lambda: ctc_case("ctc_logprobs_concat", 7, 3, 4, [2, 3, 1],
@@ -222,6 +231,36 @@ CASES = {
     "ctc_infeasible": lambda: ctc_case("ctc_infeasible", 6, 2, 4, [2, 3], [6, 3], 0, "logits",
                                        False, seed=7),
 }
+
+
+def ce_case(name, rows, classes, seed=0):
+    torch.manual_seed(seed)
+    logits = torch.randn(rows, classes) * 3
+    weight = torch.rand(classes) * 2 + 0.25
+    targets = torch.randint(classes, (rows,))
+    targets[1::4] = -100  # PyTorch's default ignore_index
+    targets[2::5] = 2  # the class the cases with ignore_index 2 leave out
+    save({"logits": logits, "targets": targets, "weight": weight},
+         f"{name}.inputs.safetensors")
+    expected = {}
+    for reduction in ("none", "sum", "mean"):
+        for weighted in (False, True):
+            for ignore_index in (-100, 2):
+                for smoothing in (0.0, 0.3):
+                    # With ignore_index 2 the -100 rows are out of range: PyTorch would refuse
+                    # them, so those rows take class 0 there.
+                    tgt = targets if ignore_index == -100 else targets.clamp(min=0)
+                    leaf = logits.to(torch.float64).requires_grad_()
+                    loss = torch.nn.functional.cross_entropy(
+                        leaf, tgt, weight=weight.to(torch.float64) if weighted else None,
+                        ignore_index=ignore_index, reduction=reduction,
+                        label_smoothing=smoothing)
+                    (loss.sum() if reduction == "none" else loss).backward()
+                    key = (f"{reduction}.{'given' if weighted else 'none'}.{ignore_index}."
+                           f"{smoothing}")
+                    expected["loss." + key] = loss.detach()
+                    expected["grad." + key] = leaf.grad
+    save(expected, f"{name}.expected.safetensors")
 
 
 def main(names):

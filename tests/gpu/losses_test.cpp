@@ -68,7 +68,7 @@ template <typename T>
 CeResult<T> run_ce(lstm::cuda::Context* ctx, Device device, const std::vector<T>& logits,
                    int64_t steps, int64_t batch, int64_t classes,
                    const std::vector<int64_t>& lengths, const std::vector<int64_t>& targets,
-                   Reduction reduction) {
+                   const lstm::loss::CrossEntropyOptions<T>& options) {
     const int64_t rows = batch > 0 ? steps * batch : steps;
     Buffer x = Buffer::upload(device, logits, ctx);
     Buffer g(device, sizeof(T) * rows * classes), l(device, sizeof(T) * rows);
@@ -76,13 +76,13 @@ CeResult<T> run_ce(lstm::cuda::Context* ctx, Device device, const std::vector<T>
     if (batch > 0) {
         out.loss = lstm::loss::cross_entropy_frames(
             TensorView<const T>(x.as<const T>(), {steps, batch, classes}, device),
-            Span<const int64_t>(lengths), Span<const int64_t>(targets), reduction,
+            Span<const int64_t>(lengths), Span<const int64_t>(targets), options,
             TensorView<T>(g.as<T>(), {steps, batch, classes}, device),
             TensorView<T>(l.as<T>(), {steps, batch}, device), ctx);
     } else {
         out.loss =
             lstm::loss::cross_entropy(TensorView<const T>(x.as<const T>(), {rows, classes}, device),
-                                      Span<const int64_t>(targets), reduction,
+                                      Span<const int64_t>(targets), options,
                                       TensorView<T>(g.as<T>(), {rows, classes}, device),
                                       TensorView<T>(l.as<T>(), {rows}, device), ctx);
     }
@@ -119,7 +119,8 @@ std::string ce_shape_name(const CeShape& s) {
     return name.str();
 }
 
-// cross_entropy (rows) or cross_entropy_frames on the GPU against the CPU, every reduction.
+// cross_entropy (rows) or cross_entropy_frames on the GPU against the CPU, every reduction, plain
+// and with every option (class weights, ignored targets, label smoothing).
 template <typename T>
 void ce_matches_cpu(const CeShape& s, uint64_t seed) {
     lstm::cuda::Context ctx;
@@ -127,28 +128,39 @@ void ce_matches_cpu(const CeShape& s, uint64_t seed) {
     const int64_t rows = s.batch > 0 ? s.steps * s.batch : s.steps;
     const std::vector<T> logits =
         lstm::test::random_vector<T>(rows * s.classes, seed, -s.scale, s.scale);
-    std::vector<int64_t> targets(rows);
-    for (int64_t r = 0; r < rows; ++r) targets[r] = (r * 7 + 3) % s.classes;
-    for (const Reduction reduction : kReductions) {
-        INFO("steps " << s.steps << " batch " << s.batch << " C " << s.classes << " scale "
-                      << s.scale << " " << lstm::loss::to_string(reduction));
-        const CeResult<T> cpu = run_ce<T>(nullptr, Device::cpu, logits, s.steps, s.batch, s.classes,
-                                          s.lengths, targets, reduction);
-        const CeResult<T> gpu = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch, s.classes,
-                                          s.lengths, targets, reduction);
-        INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
-        CHECK(close_scalar("loss", gpu.loss, cpu.loss, rtol));
-        LSTM_CHECK_CLOSE(lstm::test::compare("losses", gpu.losses, cpu.losses, rtol, rtol));
-        double max_grad = 0;
-        for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
-        LSTM_CHECK_CLOSE(lstm::test::compare("grad", gpu.grad, cpu.grad, rtol * max_grad, rtol));
-        CHECK(lstm::test::all_finite(gpu.grad));
-        // Deterministic: the same call again gives the same bits.
-        const CeResult<T> again = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch, s.classes,
-                                            s.lengths, targets, reduction);
-        CHECK(std::memcmp(&again.loss, &gpu.loss, sizeof(T)) == 0);
-        CHECK(bit_identical(again.grad, gpu.grad));
-        CHECK(bit_identical(again.losses, gpu.losses));
+    const std::vector<T> weight = lstm::test::random_vector<T>(s.classes, seed + 1, 0.1, 3.0);
+    for (const bool with_options : {false, true}) {
+        std::vector<int64_t> targets(rows);
+        for (int64_t r = 0; r < rows; ++r)
+            targets[r] = with_options && r % 5 == 2 ? -100 : (r * 7 + 3) % s.classes;
+        for (const Reduction reduction : kReductions) {
+            INFO("steps " << s.steps << " batch " << s.batch << " C " << s.classes << " scale "
+                          << s.scale << " " << lstm::loss::to_string(reduction)
+                          << (with_options ? ", weight, ignore_index, label_smoothing 0.2" : ""));
+            lstm::loss::CrossEntropyOptions<T> options(reduction);
+            if (with_options) {
+                options.weight = Span<const T>(weight);
+                options.label_smoothing = 0.2;
+            }
+            const CeResult<T> cpu = run_ce<T>(nullptr, Device::cpu, logits, s.steps, s.batch,
+                                              s.classes, s.lengths, targets, options);
+            const CeResult<T> gpu = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch,
+                                              s.classes, s.lengths, targets, options);
+            INFO("loss gpu " << gpu.loss << " cpu " << cpu.loss);
+            CHECK(close_scalar("loss", gpu.loss, cpu.loss, rtol));
+            LSTM_CHECK_CLOSE(lstm::test::compare("losses", gpu.losses, cpu.losses, rtol, rtol));
+            double max_grad = 0;
+            for (T v : cpu.grad) max_grad = std::max(max_grad, std::abs(static_cast<double>(v)));
+            LSTM_CHECK_CLOSE(
+                lstm::test::compare("grad", gpu.grad, cpu.grad, rtol * max_grad, rtol));
+            CHECK(lstm::test::all_finite(gpu.grad));
+            // Deterministic: the same call again gives the same bits.
+            const CeResult<T> again = run_ce<T>(&ctx, Device::cuda, logits, s.steps, s.batch,
+                                                s.classes, s.lengths, targets, options);
+            CHECK(std::memcmp(&again.loss, &gpu.loss, sizeof(T)) == 0);
+            CHECK(bit_identical(again.grad, gpu.grad));
+            CHECK(bit_identical(again.losses, gpu.losses));
+        }
     }
 }
 
