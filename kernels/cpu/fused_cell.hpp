@@ -324,6 +324,43 @@ void add_transposed_interleaved(const T* wt, int64_t k_size, const FusedLayout& 
             }
 }
 
+// Steps per block of BiasGradSums: near the square root of the longest sequences trained (Braun's
+// CE-long has T 1000), which balances the block's additions against the blocks'.
+constexpr int64_t kBiasBlockSteps = 32;
+
+// A cell's bias gradient summed in three levels: each step's dgates rows (from zero) into `step`
+// (G, interleaved), the steps of a block into `block`, the blocks into `total`. One running sum
+// over every frame made its rounding error grow with T * N (the gradient 7-46x further from
+// float64 than PyTorch's cascaded column sums at T 500-1000, N 32-1024); here it grows with
+// N + kBiasBlockSteps + T / kBiasBlockSteps. Columns [c0, c1) are one thread's own: the kernels
+// add a step's rows of those columns only, so nothing here is shared.
+template <typename T>
+struct BiasGradSums {
+    T* step;   // (G) one step's sum, written by the kernels (their bias_grad)
+    T* block;  // (G) the current block's sum
+    T* total;  // (G) the blocks' sum: the cell's bias gradient, zeroed by start()
+    int64_t c0 = 0, c1 = 0;
+    int64_t steps = 0;
+
+    void start() {
+        std::fill(total + c0, total + c1, T(0));
+        std::fill(block + c0, block + c1, T(0));
+        steps = 0;
+    }
+    void begin_step() { std::fill(step + c0, step + c1, T(0)); }
+    void end_step() {
+        for (int64_t c = c0; c < c1; ++c) block[c] += step[c];
+        if (++steps % kBiasBlockSteps == 0) flush();
+    }
+    // After the last step: the partial block joins the total.
+    void flush() {
+        for (int64_t c = c0; c < c1; ++c) {
+            total[c] += block[c];
+            block[c] = T(0);
+        }
+    }
+};
+
 // bias_ih_grad and bias_hh_grad (4H each) += bias_grad (G) interleaved, blocks b; the same value
 // goes into both, as both biases enter the gates the same way.
 template <typename T>

@@ -811,12 +811,14 @@ HWY_NOINLINE void grad_tile(const GradChunk& g, int64_t col0, int64_t r) {
         valid[i] = unit < hidden;
         rows[i] = valid[i] ? g.dw + (gate * hidden + unit) * g.width + col0 : g.dw;
     }
+    // Summed from zero, then added to dw (as the AVX-512 kernel does, and for the same reason:
+    // accumulating onto dw made each element one sequential sum over all T * N frames).
+    const D d;
     V acc[MR][NV];
     HWY_UNROLL(8)
     for (int i = 0; i < MR; ++i) {
         HWY_UNROLL(4)
-        for (int v = 0; v < NV; ++v)
-            acc[i][v] = load_n(rows[i] + v * kLanes, valid[i] ? g.width - col0 - v * kLanes : 0);
+        for (int v = 0; v < NV; ++v) acc[i][v] = hn::Zero(d);
     }
     // The next tile's rows of C: consecutive gate columns are consecutive rows of dw within a
     // gate, and a tile straddling a gate boundary just prefetches less usefully.
@@ -832,8 +834,11 @@ HWY_NOINLINE void grad_tile(const GradChunk& g, int64_t col0, int64_t r) {
     HWY_UNROLL(8)
     for (int i = 0; i < MR; ++i) {
         HWY_UNROLL(4)
-        for (int v = 0; v < NV; ++v)
-            store_n(acc[i][v], rows[i] + v * kLanes, valid[i] ? g.width - col0 - v * kLanes : 0);
+        for (int v = 0; v < NV; ++v) {
+            const int64_t n = valid[i] ? g.width - col0 - v * kLanes : 0;
+            float* out = rows[i] + v * kLanes;
+            store_n(hn::Add(load_n(out, n), acc[i][v]), out, n);
+        }
     }
 }
 

@@ -204,6 +204,8 @@ struct CellScratch {
     T* dc_run;           // (N, Hp) backward: gradient carried into c
     T* dhn;              // (N, Hp) backward: dhn of this cell, sorted
     T* dh0;              // (N, Hp) backward: gradient w.r.t. h0, sorted
+    T* step_bias;        // (G) backward: one step's bias gradient (kernels::cpu::BiasGradSums)
+    T* block_bias;       // (G) backward: the running block of step sums
     FusedBuffers<T> kern;
     // Projections only (null without); h_init, dhn and dh0 above then hold P < Hp columns.
     T* h_raw;      // (N, Hp) inference: one step's h before the projection; backward: one step's
@@ -252,6 +254,8 @@ CellScratch<T> carve_cell_scratch(detail::Carver& carve, const Config& config, i
     c.gates = carve.take<T>(batch * lay.gate_cols);
     for (T** state : {&c.h_init, &c.c_init, &c.c_run, &c.dc_run, &c.dhn, &c.dh0})
         *state = carve.take<T>(batch * hp);
+    c.step_bias = carve.take<T>(lay.gate_cols);
+    c.block_bias = carve.take<T>(lay.gate_cols);
     const FusedBufferSizes sizes(lay, max_input(config), batch);
     c.kern.w_ih_fwd = carve.take<T>(sizes.w_ih_fwd);
     c.kern.w_hh_fwd = carve.take<T>(sizes.w_hh_fwd);
@@ -699,7 +703,8 @@ private:
         const T* params = args.params.data();
         T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
         const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
-        T* dbias = rs.dbias + cell * gc;
+        kernels::cpu::BiasGradSums<T> bias{cs.step_bias, cs.block_bias, rs.dbias + cell * gc,
+                                           u0 * 4, u1 * 4};
         // Other members may still read the packed weights or the states of the crew's previous
         // cell (dx, weight gradients): wait before overwriting them.
         crew.sync();
@@ -724,7 +729,7 @@ private:
         gather(args.c0, cs.c_init);
         gather_h(args.dhn, cs.dhn);
         gather(args.dcn, cs.dc_run);
-        std::fill(dbias + u0 * 4, dbias + u1 * 4, T(0));
+        bias.start();
         if (weights) {
             gather_h(args.h0, cs.h_init);
             if (crew.leads()) make_h_runs(ws, cs, d, layer_out);
@@ -732,7 +737,9 @@ private:
         crew.sync();
         if (proj == 0) {
             for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                backward_step(ws, cs, d, s, gates, cells, dbias, d_out, kern, own);
+                bias.begin_step();
+                backward_step(ws, cs, d, s, gates, cells, cs.step_bias, d_out, kern, own);
+                bias.end_step();
                 crew.sync();
             }
         } else {
@@ -741,11 +748,14 @@ private:
                 projected_grad(ws, cs, d, s, gates, dh, d_out, hcols);
                 // The gate pass reads every column of this step's dh.
                 crew.sync();
-                backward_step_proj(ws, cs, d, s, gates, cells, dbias, dh, params + p.weight_hr,
-                                   kern, own);
+                bias.begin_step();
+                backward_step_proj(ws, cs, d, s, gates, cells, cs.step_bias, dh,
+                                   params + p.weight_hr, kern, own);
+                bias.end_step();
                 crew.sync();
             }
         }
+        bias.flush();
         if (weights) cell_weight_grads(args, ws, cs, rs, l, d, kern, own, hcols);
         write_state_grads(args, ws, cs, state, h_state, u0, u1, hcols);
     }
