@@ -110,7 +110,7 @@ Options parse_options(int argc, char** argv) {
     std::error_code ec;
     if (!std::filesystem::is_directory(o.data_dir, ec))
         usage("DATA_DIR must be a directory, got '" + o.data_dir + "'");
-    bool epochs_given = false, accuracy_given = false, ler_given = false;
+    bool epochs_given = false, accuracy_given = false, ler_given = false, checkpoint_given = false;
     const int64_t max_threads = kMaxThreadsPerProcessor * omp_get_num_procs();
     using Setter = std::function<void(const std::string& flag, const char* value)>;
     const std::map<std::string, Setter> options = {
@@ -142,7 +142,11 @@ Options parse_options(int argc, char** argv) {
         // 1 would zero every output between the layers.
         {"--dropout", [&](const std::string& flag,
                           const char* value) { o.dropout = parse_real(flag, value, 0.0, 0.95); }},
-        {"--checkpoint", [&](const std::string&, const char* value) { o.checkpoint = value; }},
+        {"--checkpoint",
+         [&](const std::string&, const char* value) {
+             o.checkpoint = value;
+             checkpoint_given = true;
+         }},
         {"--import", [&](const std::string&, const char* value) { o.import_path = value; }},
         {"--export", [&](const std::string&, const char* value) { o.export_path = value; }},
         {"--curve", [&](const std::string&, const char* value) { o.curve_path = value; }},
@@ -190,8 +194,10 @@ Options parse_options(int argc, char** argv) {
     if (o.checkpoint.empty())
         o.checkpoint =
             o.data_dir + "/spoken_digits_" + to_string(o.task) + "_" + o.variant + ".safetensors";
-    // Only a run that trains writes a checkpoint.
-    if (o.epochs > 0) check_writable("--checkpoint", o.checkpoint);
+    // --epochs 0 with --checkpoint saves the imported model as this library's checkpoint (its
+    // optimizer at step 0), e.g. to resume a PyTorch-trained model with io::load_checkpoint.
+    o.write_checkpoint = o.epochs > 0 || checkpoint_given;
+    if (o.write_checkpoint) check_writable("--checkpoint", o.checkpoint);
     if (!o.export_path.empty()) check_writable("--export", o.export_path);
     if (!o.curve_path.empty()) check_writable("--curve", o.curve_path);
     return o;

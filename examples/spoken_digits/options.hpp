@@ -27,7 +27,11 @@ struct Options {
     // Every batch of one exact frame count: forced for variants without per-sequence lengths
     // (onednn), and for all variants in the consistency study so that they see the same batches.
     bool exact_lengths = false;
-    std::string checkpoint;     // empty: DATA_DIR/spoken_digits_<task>_<variant>.safetensors
+    std::string checkpoint;  // empty: DATA_DIR/spoken_digits_<task>_<variant>.safetensors
+    // Whether the run writes `checkpoint`: every run that trains, and an --epochs 0 run when
+    // --checkpoint is given (an evaluation alone must not overwrite the default path, which may
+    // be the very checkpoint it imports, optimizer state and all).
+    bool write_checkpoint = false;
     std::string import_path;    // a state dict (lstm.*, fc.*) to start from instead of the seed
     std::string export_path;    // where to write the data and held-out outputs for a cross-check
     std::string curve_path;     // where to write one TSV row per epoch

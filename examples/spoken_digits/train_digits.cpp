@@ -36,7 +36,8 @@
 // parameters. Cross-checks with another framework (pytorch_crosscheck.py): --export PATH writes
 // both splits' features and labels and this model's held-out outputs; --import PATH starts from
 // a state dict's parameters (lstm.*, fc.*, as torch.save(module.state_dict()) names them), and
-// with --epochs 0 only evaluates it. --curve PATH writes one TSV row per epoch. --min-accuracy
+// with --epochs 0 only evaluates it, writing a checkpoint (optimizer at step 0) only when
+// --checkpoint is given. --curve PATH writes one TSV row per epoch. --min-accuracy
 // (isolated) and --max-ler (connected) make the exit status 1 when the final held-out score
 // misses them (the ctest tests use them); usage errors exit 2.
 
@@ -258,7 +259,7 @@ int run(const Options& o) {
     }
     if (o.epochs == 0) result = evaluate(model, splits.heldout, o.task, exact_lengths);
     const double total = seconds_since(start);
-    if (o.epochs > 0) lstm::io::save_checkpoint(o.checkpoint, model);
+    if (o.write_checkpoint) lstm::io::save_checkpoint(o.checkpoint, model);
     if (!o.export_path.empty()) {
         spoken_digits::ExportInfo info;
         info.task = o.task;
@@ -283,7 +284,8 @@ int run(const Options& o) {
                     splits.heldout.lengths.size());
     }
     std::printf(" after %s%s%s%s%s\n", format_seconds(total).c_str(),
-                o.epochs > 0 ? "; checkpoint " : "", o.epochs > 0 ? o.checkpoint.c_str() : "",
+                o.write_checkpoint ? "; checkpoint " : "",
+                o.write_checkpoint ? o.checkpoint.c_str() : "",
                 o.export_path.empty() ? "" : "; export ", o.export_path.c_str());
     if (o.task == Task::isolated && result.score < o.min_accuracy) {
         std::fprintf(stderr, "held-out accuracy %.4f is below --min-accuracy %.4f\n", result.score,
