@@ -181,6 +181,15 @@ TEST_CASE("a state dict of only lstm.* and fc.* loads the parameters and nothing
     io::load_model_parameters(state_dict, wide);
     const std::vector<float> narrow = all_params(trained);
     CHECK(all_params(wide) == std::vector<double>(narrow.begin(), narrow.end()));
+    // The whole checkpoint is refused there (its moments stay F32), and the message says what does
+    // load it (it once named only the tensor and the dtypes), changing nothing.
+    const std::vector<double> wide_before = all_params(wide);
+    CHECK_THROWS_WITH(io::load_checkpoint(checkpoint, wide),
+                      Contains("tensor 'optimizer.0.exp_avg' has dtype F32, the model needs F64; "
+                               "load_checkpoint restores a checkpoint in its own dtype only, while "
+                               "io::load_model_parameters widens its F32 parameters (lstm.*, fc.*) "
+                               "into a double model exactly"));
+    CHECK(all_params(wide) == wide_before);
     // A checkpoint is not a state dict of this kind: load_checkpoint needs the optimizer too.
     CHECK_THROWS_WITH(io::load_checkpoint(state_dict, fresh),
                       Contains("not a checkpoint of this library"));

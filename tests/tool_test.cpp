@@ -323,7 +323,9 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
         CHECK_THAT(r.err, Contains("no variant runs on cuda in this binary; known: basic (cpu)"));
     } else if (!test::gpu_visible()) {
         CHECK(r.rc == 1);
-        CHECK_THAT(r.err, Contains("Context: device 0 does not exist; this process sees 0 CUDA"));
+        // Prefixed with the option that asked for the device, which the bare message did not name.
+        CHECK_THAT(r.err, Contains("error: --device cuda: Context: device 0 does not exist; this "
+                                   "process sees 0 CUDA"));
     }
 
     // Inputs that do not fit the model.
@@ -356,13 +358,33 @@ TEST_CASE("lstm_tool reports usage errors with exit code 2 and failures with 1",
     const Tensor int_x = Tensor::from("x", {5, 2, 3}, std::vector<int32_t>(30, 0));
     LSTM_CHECK_TOOL_ERROR(with("x", &int_x), 1, "tensor 'x' has dtype I32, expected F32 or F64");
 
-    // An F64 state_dict with F32 inputs would round the parameters: refused.
+    // An F64 state_dict with F32 inputs would round the parameters: refused, saying that F64
+    // inputs run it in double (the message once advised only converting the file).
     const auto imported = import_lstm<double>(params);
     const std::string p64 = scratch("p64.safetensors");
     export_lstm(p64, imported.config,
                 Span<const double>(imported.params.data(), imported.params.size()));
     LSTM_CHECK_TOOL_ERROR(invoke({"lstm", "--params", p64, "--inputs", inputs, "--out", out}), 1,
-                          "without rounding");
+                          p64 +
+                              ": weight_ih_l0 has dtype F64 and cannot be imported into F32 "
+                              "parameters without rounding; tensor 'x' of " +
+                              inputs +
+                              " is F32, which runs in float: give x and the other inputs (h0, c0, "
+                              "dy, dhn, dcn) as F64 to run in double, or convert the file to F32 "
+                              "first");
+    // And so it does: the same inputs as F64 run with those parameters.
+    TensorFile inputs64;
+    for (const Tensor& t : good.tensors()) {
+        if (t.dtype == io::ScalarType::f32) {
+            const std::vector<float> v = t.values<float>();
+            inputs64.add(Tensor::from(t.name, t.shape, std::vector<double>(v.begin(), v.end())));
+        } else {
+            inputs64.add(t);
+        }
+    }
+    const std::string i64 = scratch("inputs64.safetensors");
+    write_safetensors(i64, inputs64);
+    CHECK(invoke({"lstm", "--params", p64, "--inputs", i64, "--out", out, "--backward"}).rc == 0);
 
     // A malformed file names itself and its problem.
     const std::string junk = scratch("junk.safetensors");
@@ -477,7 +499,9 @@ TEST_CASE("lstm_tool ctc reports bad inputs and options", "[tool]") {
     if (!test::gpu_visible()) {
         CHECK(r.rc == 1);
 #if LSTM_WITH_CUDA
-        CHECK_THAT(r.err, Contains("Context: device 0 does not exist; this process sees 0 CUDA"));
+        // Prefixed with the option that asked for the device, which the bare message did not name.
+        CHECK_THAT(r.err, Contains("error: --device cuda: Context: device 0 does not exist; this "
+                                   "process sees 0 CUDA"));
 #else
         CHECK_THAT(r.err, Contains("has no CUDA back-end (LSTM_WITH_CUDA=0)"));
 #endif

@@ -1,9 +1,13 @@
 // A small model learns a toy memory task with every CPU variant, and all variants follow the
-// same loss curve as the fp64 reference run of `basic`.
+// same loss curve as the fp64 reference run of `basic`; a wrong target count is named in the
+// head's terms.
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lstm/detail/random.hpp"
 #include "lstm/nn/clip.hpp"
@@ -133,5 +137,48 @@ TEST_CASE("all variants follow the reference loss curve", "[training]") {
                 CHECK(std::abs(curve[s] - reference_curve[s]) <= rtol * reference_curve[s]);
             }
         }
+    }
+}
+
+TEST_CASE("SequenceModel names a wrong target count in the head's terms", "[training]") {
+    // The cross-entropy under the per-sequence heads reported "targets must have M = 2 elements",
+    // M being its own name for the rows of logits; the model now says what each head reads. CTC's
+    // own message (concatenated labels against the sum of target_lengths) is already plain.
+    const int64_t steps = 5, batch = 2;
+    const std::vector<float> x(steps * batch * 3, 0.25f);
+    const TensorView<const float> xv(x.data(), {steps, batch, 3});
+    const std::vector<int64_t> three = {1, 2, 1};
+    const std::vector<int64_t> per_frame(steps * batch - 1, 0);
+    const std::vector<int64_t> target_lengths = {1, 1};
+    const std::vector<std::pair<nn::Head, std::string>> cases = {
+        {nn::Head::ce_last_step,
+         "SequenceModel: targets must have one class per sequence (N = 2) for the ce_last_step "
+         "head, got 3"},
+        {nn::Head::ce_mean_pool,
+         "SequenceModel: targets must have one class per sequence (N = 2) for the ce_mean_pool "
+         "head, got 3"},
+        {nn::Head::ce_final_state,
+         "SequenceModel: targets must have one class per sequence (N = 2) for the ce_final_state "
+         "head, got 3"},
+        {nn::Head::ce_every_frame,
+         "SequenceModel: targets must have one class per frame, time-major (T * N = 5 * 2 = 10) "
+         "for the ce_every_frame head, got 9"},
+        {nn::Head::ctc,
+         "ctc_loss: concatenated targets must have 2 elements (the sum of target_lengths), got 3"},
+    };
+    for (const auto& [head, want] : cases) {
+        INFO("head " << nn::to_string(head));
+        nn::ModelConfig mc;
+        mc.lstm = Config{3, 4, 1, true};
+        mc.classes = 3;
+        mc.head = head;
+        nn::SequenceModel<float> model(mc, "basic", Device::cpu, 1);
+        const Span<const int64_t> targets = head == nn::Head::ce_every_frame
+                                                ? Span<const int64_t>(per_frame)
+                                                : Span<const int64_t>(three);
+        const Span<const int64_t> tl =
+            head == nn::Head::ctc ? Span<const int64_t>(target_lengths) : Span<const int64_t>();
+        CHECK_THROWS_WITH(model.train_step(xv, {}, targets, tl), want);
+        CHECK_THROWS_WITH(model.evaluate(xv, {}, targets, tl), want);
     }
 }

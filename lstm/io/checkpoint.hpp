@@ -85,8 +85,15 @@ void copy_tensor(const TensorFile& file, const std::string& name, const std::vec
     const Tensor& t = file.at(name);
     const bool widen =
         widening == Widening::f32_to_f64 && std::is_same_v<T, double> && t.dtype == ScalarType::f32;
+    // Unwidened F32 for a double model is an optimizer moment of an F32 checkpoint (its parameters
+    // widened before it): the message alone would not say how such a model can still be loaded.
+    const bool unwidened = std::is_same_v<T, double> && t.dtype == ScalarType::f32;
     check(t.dtype == scalar_type_of<T>() || widen, file.source, ": tensor '", name, "' has dtype ",
-          to_string(t.dtype), ", the model needs ", to_string(scalar_type_of<T>()));
+          to_string(t.dtype), ", the model needs ", to_string(scalar_type_of<T>()),
+          unwidened ? "; load_checkpoint restores a checkpoint in its own dtype only, while "
+                      "io::load_model_parameters widens its F32 parameters (lstm.*, fc.*) into "
+                      "a double model exactly and leaves the optimizer state as it is"
+                    : "");
     check(t.shape == shape, file.source, ": tensor '", name, "' has shape ", t.shape_string(),
           ", the model needs ", shape_string(shape));
     if (widen) {

@@ -253,6 +253,19 @@ private:
         if (x.size(1) == 0)
             fail("SequenceModel: x has N = 0 sequences (shape ", x.shape_string(),
                  "); a loss needs at least one");
+        // The count the head reads, said in its terms and before the forward: the loss sees only
+        // rows of logits and named their count M, a name of its own. (ctc_loss's messages already
+        // name target_lengths and their sum.)
+        if (per_sequence_head()) {
+            check(targets.size == x.size(1),
+                  "SequenceModel: targets must have one class per sequence (N = ", x.size(1),
+                  ") for the ", to_string(config_.head), " head, got ", targets.size);
+        } else if (config_.head == Head::ce_every_frame) {
+            check(targets.size == x.size(0) * x.size(1),
+                  "SequenceModel: targets must have one class per frame, time-major (T * N = ",
+                  x.size(0), " * ", x.size(1), " = ", x.size(0) * x.size(1),
+                  ") for the ce_every_frame head, got ", targets.size);
+        }
         const TensorView<const T> x_on_device = stage_input(x);
         const TensorView<const T> y =
             training ? lstm_.forward(x_on_device, lengths) : lstm_.infer(x_on_device, lengths);

@@ -107,7 +107,7 @@ io::TensorFile run_ctc(const CtcRequest& req, const io::TensorFile& inputs) {
         .check("lstm_tool ctc (T " + std::to_string(frames) + ", N " + std::to_string(batch) +
                ", C " + std::to_string(classes) + ")");
     // The input and the outputs live on the requested device; targets and lengths stay host.
-    const DeviceContext device_context(req.device);
+    const DeviceContext device_context = open_device_context(req.device);
     cuda::Context* ctx = device_context.get();
     const DeviceBuffer input_d = DeviceBuffer::upload(req.device, values, ctx);
     loss::CtcArgs<T> args;

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lstm/buffer.hpp"
 #include "lstm/device_context.hpp"
+#include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::tool {
@@ -56,5 +58,32 @@ private:
     size_t size_;
     cuda::Context* context_;
 };
+
+// The context for `device`, whose failure names the option that asked for the device: "Context:
+// device 0 does not exist; this process sees 0 CUDA device(s)" alone does not say that
+// --device cuda led there. Rethrown as the same kind. (A build without CUDA says "device cuda:
+// this build has no CUDA back-end" already.)
+inline DeviceContext open_device_context(Device device) {
+#if LSTM_WITH_CUDA
+    try {
+        return DeviceContext(device);
+    } catch (const Error& e) {
+        const std::string message = "--device " + std::string(to_string(device)) + ": " + e.what();
+        switch (e.kind()) {
+            case ErrorKind::unsupported:
+                throw Unsupported(message);
+            case ErrorKind::out_of_memory:
+                throw OutOfMemory(message);
+            case ErrorKind::backend:
+                throw BackendError(message);
+            case ErrorKind::invalid_argument:
+                break;
+        }
+        throw InvalidArgument(message);
+    }
+#else
+    return DeviceContext(device);
+#endif
+}
 
 }  // namespace lstm::tool

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lstm/io/safetensors.hpp"
@@ -141,6 +142,20 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
           " (it reads x, lengths, h0, c0, dy, dhn, dcn)");
 
     const Config config = io::infer_lstm_config(params_file, req.prefix);
+    // x's dtype picks the compute type, so here (unlike in the library) the way out of an F64
+    // state_dict with F32 inputs is usually to give the inputs as F64, not to convert the file.
+    if constexpr (std::is_same_v<T, float>) {
+        for (const ParamEntry& e : param_entries(config)) {
+            const io::Tensor& t = params_file.at(req.prefix + e.name);
+            if (t.dtype == io::ScalarType::f64)
+                fail(params_file.source, ": ", t.name,
+                     " has dtype F64 and cannot be imported into F32 parameters without rounding; "
+                     "tensor 'x' of ",
+                     inputs.source,
+                     " is F32, which runs in float: give x and the other inputs (h0, c0, dy, dhn, "
+                     "dcn) as F64 to run in double, or convert the file to F32 first");
+        }
+    }
     const std::vector<T> params = io::import_lstm_params<T>(params_file, config, req.prefix);
     const DType dtype = dtype_of<T>();
 
@@ -199,7 +214,7 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     const size_t reserve = req.backward ? variant.reserve_bytes(config, dtype, seq_len, batch) : 0;
     check_host_memory<T>(variant, config, seq_len, batch, req.backward, workspace, reserve);
 
-    const DeviceContext device_context(dev);
+    const DeviceContext device_context = open_device_context(dev);
     cuda::Context* ctx = device_context.get();
     const DeviceBuffer x_d = DeviceBuffer::upload(dev, x_t.values<T>(), ctx);
     const DeviceBuffer params_d = DeviceBuffer::upload(dev, params, ctx);
