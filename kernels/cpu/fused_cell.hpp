@@ -361,6 +361,33 @@ struct BiasGradSums {
     }
 };
 
+// dW_hr (P, H) rows q in [rows_q.begin, rows_q.end) += sum over frames of dh[r, q] h_raw[r, :]:
+// dh (rows, P) and h_raw (rows, Hp; what padded units hold is summed but never stored) compact,
+// host; dW_hr row-major, PyTorch's layout. Summed per chunk of kGradChunk frames from zero, then
+// added (one running sum over all T * N frames let the rounding error grow with their count), a
+// block of kUnitBlock units at a time in registers, so no scratch is needed.
+template <typename T>
+void add_projection_grads(const T* dh, const T* h_raw, int64_t rows, int64_t proj,
+                          const FusedLayout& lay, BlockRange rows_q, T* dw_hr) {
+    const int64_t hidden = lay.hidden, hp = lay.hidden_padded;
+    for (int64_t q = rows_q.begin; q < rows_q.end; ++q) {
+        T* dw = dw_hr + q * hidden;
+        for (int64_t u0 = 0; u0 < hidden; u0 += kUnitBlock) {
+            T total[kUnitBlock] = {};
+            for (int64_t k0 = 0; k0 < rows; k0 += kGradChunk) {
+                T part[kUnitBlock] = {};
+                for (int64_t r = k0; r < std::min(rows, k0 + kGradChunk); ++r) {
+                    const T a = dh[r * proj + q];
+                    const T* h = h_raw + r * hp + u0;
+                    for (int64_t u = 0; u < kUnitBlock; ++u) part[u] += a * h[u];
+                }
+                for (int64_t u = 0; u < kUnitBlock; ++u) total[u] += part[u];
+            }
+            for (int64_t u = 0; u < std::min(kUnitBlock, hidden - u0); ++u) dw[u0 + u] += total[u];
+        }
+    }
+}
+
 // bias_ih_grad and bias_hh_grad (4H each) += bias_grad (G) interleaved, blocks b; the same value
 // goes into both, as both biases enter the gates the same way.
 template <typename T>

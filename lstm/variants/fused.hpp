@@ -808,19 +808,11 @@ private:
         if (p.has_bias())
             kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
                                          grads + p.bias_hh);
-        if (p.has_projection()) {
-            const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, proj = config_.proj_size;
-            const T* dh = rs.dh + cell * seq_len_ * batch_ * proj;
-            const T* h_raw = rs.h_raw + cell * seq_len_ * batch_ * hp;
-            for (int64_t q = hcols.begin; q < hcols.end; ++q) {
-                T* dw = grads + p.weight_hr + q * hidden;
-                for (int64_t r = 0; r < rows; ++r) {
-                    const T a = dh[r * proj + q];
-                    const T* h = h_raw + r * hp;
-                    for (int64_t u = 0; u < hidden; ++u) dw[u] += a * h[u];
-                }
-            }
-        }
+        if (p.has_projection())
+            kernels::cpu::add_projection_grads(
+                rs.dh + cell * seq_len_ * batch_ * config_.proj_size,
+                rs.h_raw + cell * seq_len_ * batch_ * lay_.hidden_padded, rows, config_.proj_size,
+                lay_, hcols, grads + p.weight_hr);
     }
 
     // Projections, backward step s of direction d (s = -1: only d(h0) of the first step), columns
