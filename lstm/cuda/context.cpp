@@ -98,4 +98,17 @@ void Context::synchronize() const { LSTM_CUDA_CHECK(cudaStreamSynchronize(impl_-
 bool Context::graphs_enabled() const { return impl_->graphs; }
 void Context::set_graphs_enabled(bool enabled) { impl_->graphs = enabled; }
 
+size_t Context::release_plans() {
+    Impl& impl = *impl_;
+    const detail::DeviceGuard on_device(impl.device);
+    // Queued work may still read a plan's buffers or replay its graph.
+    LSTM_CUDA_CHECK(cudaStreamSynchronize(impl.stream));
+    for (cudaStream_t side : impl.side_streams) LSTM_CUDA_CHECK(cudaStreamSynchronize(side));
+    const size_t count = impl.plans.size();
+    impl.plans.clear();
+    return count;
+}
+
+size_t Context::plan_count() const { return impl_->plans.size(); }
+
 }  // namespace lstm::cuda

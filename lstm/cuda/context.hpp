@@ -9,6 +9,7 @@
 // Public: no CUDA header is included; lstm_cuda's own sources reach the handles through
 // lstm/cuda/internal/context_impl.hpp.
 
+#include <cstddef>
 #include <memory>
 
 namespace lstm::cuda {
@@ -37,6 +38,16 @@ public:
     // cached and are replayed again once it is turned back on.
     bool graphs_enabled() const;
     void set_graphs_enabled(bool enabled);
+
+    // Calls build a plan per shape (descriptors, scratch in device and pinned host memory, for
+    // `fused` a captured graph per set of buffer addresses) and keep it for the context's life,
+    // so that a repeated call allocates nothing. A program that keeps meeting new shapes (each
+    // batch padded to its own longest length, say) therefore keeps growing; release_plans()
+    // bounds that: it waits for the work queued on the context (its stream and side streams),
+    // then frees every plan, and returns how many it freed. The next calls rebuild what they
+    // need (with the same results). plan_count() says how many are held.
+    size_t release_plans();
+    size_t plan_count() const;
 
     // Internal state, defined in lstm/cuda/internal/context_impl.hpp (lstm_cuda only).
     struct Impl;

@@ -1,8 +1,8 @@
 // `fused` (cuda) runs a call eagerly the first time, captures it into a CUDA graph when the same
 // call repeats and replays the graph after that (lstm/variants/cuda_common.hpp, GraphSchedule).
 // Every one of those calls must give the bits of a context with graphs turned off: outputs and
-// gradients, whole and split backward, inference, and lengths that change between calls (eager
-// again, then a capture that updates the graph in place).
+// gradients, whole and split backward, inference, lengths that change between calls (eager
+// again, then a capture that updates the graph in place), and calls after release_plans().
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -60,6 +60,16 @@ void check_graphs(const LstmCase& c, const std::vector<int64_t>& other_lengths) 
     }
     for (int call = 1; call <= 3; ++call) {
         INFO("first lengths again, call " << call);
+        check_same_bits(graphed.train(fused, lengths, graph_s, false), want_first, true);
+    }
+
+    // Plans released between calls are rebuilt: eager, captured and replayed again, same bits.
+    const size_t plans = graph_ctx.plan_count();
+    CHECK(plans > 0);
+    CHECK(graph_ctx.release_plans() == plans);
+    CHECK(graph_ctx.plan_count() == 0);
+    for (int call = 1; call <= 3; ++call) {
+        INFO("after release_plans, call " << call);
         check_same_bits(graphed.train(fused, lengths, graph_s, false), want_first, true);
     }
 }
