@@ -65,13 +65,27 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 
     // The four transpose cases are spelled out because op() has a different expression type per
     // case; a runtime-chosen expression would need a temporary.
-    auto assign = [&](const auto& op_a, const auto& op_b) {
+    // With one row of C (one active sequence, batch 1) Eigen runs the product as a GEMV on row 0
+    // of op(A), with one column on column 0 of op(B). A row or column of a scaled expression such
+    // as alpha * op(A) is no plain memory, so Eigen copied it into a heap vector on every call,
+    // once per time step. So alpha = 1 (every caller's) is left out of the expression, which keeps
+    // the bits (multiplying by 1 is exact), and another alpha goes on the operand Eigen does not
+    // take a row or column of: a whole scaled operand Eigen unwraps into its kernel's factor.
+    auto product = [&](const auto& op_a, const auto& op_b) {
         if (beta == T(0)) {
-            c_map.noalias() = alpha * op_a * op_b;  // Eigen zeroes C before accumulating
+            c_map.noalias() = op_a * op_b;  // Eigen zeroes C before accumulating
         } else {
             if (beta != T(1)) c_map *= beta;
-            c_map.noalias() += alpha * op_a * op_b;
+            c_map.noalias() += op_a * op_b;
         }
+    };
+    auto assign = [&](const auto& op_a, const auto& op_b) {
+        if (alpha == T(1))
+            product(op_a, op_b);
+        else if (m == 1)
+            product(op_a, alpha * op_b);
+        else
+            product(alpha * op_a, op_b);
     };
     if (!trans_a && !trans_b)
         assign(a_map, b_map);
