@@ -126,11 +126,19 @@ void cell_backward_pass(const T* gates, const T* c_prev, const T* dc, int64_t ro
     });
 }
 
-// bias_grad (4H) += column sums of dgates (rows, 4H); adds.
+// sums (width) = column sums of m (rows, width), each summed from zero in row order; overwrites
+// (zeros when rows is 0).
 template <typename T>
-void add_column_sums(const T* dgates, int64_t rows, int64_t width, T* bias_grad) {
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < width; ++j) bias_grad[j] += dgates[r * width + j];
+void column_sums(const T* m, int64_t rows, int64_t width, T* sums) {
+    for (int64_t j = 0; j < width; ++j) sums[j] = rows > 0 ? m[j] : T(0);
+    for (int64_t r = 1; r < rows; ++r)
+        for (int64_t j = 0; j < width; ++j) sums[j] += m[r * width + j];
+}
+
+// dst (n) += src (n); adds.
+template <typename T>
+void add_into(const T* src, int64_t n, T* dst) {
+    for (int64_t j = 0; j < n; ++j) dst[j] += src[j];
 }
 
 }  // namespace lstm::kernels::cpu

@@ -48,6 +48,9 @@ struct Workspace {
     T* dc;        // (N, H) backward: total gradient reaching c_t
     T* h_init;    // (N, S) backward: h0 of this cell, sorted
     T* c_init;    // (N, H) backward: c0 of this cell, sorted
+    T* db_rows;   // (4H) backward: column sums of a chunk of one step's dgates rows
+    T* db_step;   // (4H) backward: column sums of one step's dgates
+    T* db_block;  // (4H) backward: sum of the db_step of the steps of one block
 };
 
 // What a training forward leaves for backward, all in sorted row order.
@@ -77,6 +80,7 @@ Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_
     for (T** state : {&w.h_raw, &w.h, &w.c, &w.h_prev, &w.c_prev, &w.dh, &w.dh_raw, &w.dc,
                       &w.h_init, &w.c_init})
         *state = carve.take<T>(batch * hidden);
+    for (T** sums : {&w.db_rows, &w.db_step, &w.db_block}) *sums = carve.take<T>(4 * hidden);
     return w;
 }
 
@@ -93,6 +97,17 @@ Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t se
     r.dh = carve.take<T>(proj ? config.num_cells() * steps * config.proj_size : 0);
     return r;
 }
+
+// The bias gradient is the sum of dgates over every valid (step, row), T * N rows of one cell.
+// Added one row at a time into db, each addition rounds relative to the whole running sum, so the
+// error grew like T * N (2.2e-5 of max|db| in float at T 500, N 1024, H 32, against 4.8e-7 for
+// PyTorch, which sums with a cascade). Instead rows are summed in chunks from zero, a step's
+// chunk sums into its step sum, a block of steps' sums into a block sum, and only block sums
+// into db; each partial sum then holds few terms and the error grows about like the square root
+// of the terms at each level. The order is fixed by the step index and the row count, so the
+// bits do not depend on the thread count, and the data + weights split gives the bits of `all`.
+constexpr int64_t kBiasRowChunk = 32;
+constexpr int64_t kBiasStepBlock = 64;
 
 // The time index of the s-th step a direction processes.
 inline int64_t step_time(int64_t s, int64_t seq_len, int64_t direction) {
@@ -360,13 +375,32 @@ private:
              grads + p.weight_hh, hs);
         gemm(true, false, gates_width, in_width, rows, T(1), dgates, gates_width,
              layer_in + step * in_width, in_width, T(1), grads + p.weight_ih, in_width);
-        if (p.has_bias()) {
-            kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_ih);
-            kernels::cpu::add_column_sums(dgates, rows, gates_width, grads + p.bias_hh);
-        }
+        if (p.has_bias())
+            step_bias_grads(s, dgates, rows, gates_width, ws, grads + p.bias_ih, grads + p.bias_hh);
         if (proj > 0)
             gemm(true, false, proj, hidden, rows, T(1), rs.dh + cell_step * proj, proj,
                  rs.h_raw + cell_step * hidden, hidden, T(1), grads + p.weight_hr, hidden);
+    }
+
+    // Step s's share of both bias gradients (see kBiasRowChunk): the column sums of dgates
+    // (rows, width) join the block of steps s belongs to, whose sum is added into db_ih and db_hh
+    // once its last step (steps run from s = T - 1 down to 0) is in.
+    void step_bias_grads(int64_t s, const T* dgates, int64_t rows, int64_t width,
+                         const Workspace<T>& ws, T* db_ih, T* db_hh) const {
+        using kernels::cpu::add_into;
+        using kernels::cpu::column_sums;
+        const bool opens_block = s == seq_len_ - 1 || (s + 1) % kBiasStepBlock == 0;
+        T* step_sum = opens_block ? ws.db_block : ws.db_step;
+        column_sums(dgates, std::min(rows, kBiasRowChunk), width, step_sum);
+        for (int64_t r = kBiasRowChunk; r < rows; r += kBiasRowChunk) {
+            column_sums(dgates + r * width, std::min(rows - r, kBiasRowChunk), width, ws.db_rows);
+            add_into(ws.db_rows, width, step_sum);
+        }
+        if (!opens_block) add_into(ws.db_step, width, ws.db_block);
+        if (s % kBiasStepBlock == 0) {
+            add_into(ws.db_block, width, db_ih);
+            add_into(ws.db_block, width, db_hh);
+        }
     }
 
     // dst (N, width) sorted <- the h0 (width S) or c0 (width H) slice of this cell starting at
