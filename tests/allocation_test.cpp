@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/gemm.hpp"
 #include "lstm/layer.hpp"
+#include "lstm/memory.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variants/fused.hpp"
 #include "test_util.hpp"
@@ -314,6 +315,26 @@ TEST_CASE("gemm with one row or one column allocates nothing", "[memory]") {
                 CHECK(gemm_allocations<float>(s[0], s[1], s[2], float(alpha), float(beta)) == 0);
                 CHECK(gemm_allocations<double>(s[0], s[1], s[2], alpha, beta) == 0);
             }
+}
+
+TEST_CASE("Lstm::backward without dx neither sizes nor allocates a dx buffer", "[memory]") {
+    // A wide input makes dx (T, N, I), 512 KiB here, most of what a first backward adds.
+    const Config config{64, 8, 1, false};
+    const int64_t seq_len = 64, batch = 32;
+    Lstm layer(config, "basic");
+    std::vector<float> x(static_cast<size_t>(seq_len * batch * config.input_size), 0.25f);
+    std::vector<float> dy(static_cast<size_t>(seq_len * batch * config.output_size()), 0.5f);
+    const TensorView<const float> xv(x.data(), {seq_len, batch, config.input_size});
+    const TensorView<const float> dyv(dy.data(), {seq_len, batch, config.output_size()});
+    layer.forward(xv);
+    struct Limit {
+        Limit() { set_host_memory_limit(uint64_t{256} << 10); }
+        ~Limit() { set_host_memory_limit(0); }
+    } limit;
+    CHECK_NOTHROW(layer.backward(dyv, {}, {}, false));
+    layer.forward(xv);
+    // The same backward with dx does not fit: the limit is what the call above stayed under.
+    CHECK_THROWS_AS(layer.backward(dyv), OutOfMemory);
 }
 
 TEST_CASE("the allocation counter sees allocations", "[memory]") {
