@@ -1,7 +1,7 @@
 # `cmake --install` gives a package that find_package(lstm) + target_link_libraries(app lstm::lstm)
 # consumes: the headers of lstm/ and kernels/, the exported interface target and its config. A
-# build with MPI also exports lstm::dist (data-parallel training; with NCCL its compiled device
-# back-end, lstm::dist_nccl, which lstm::dist links).
+# build with oneDNN also exports lstm::onednn, and one with MPI lstm::dist (data-parallel
+# training; with NCCL its compiled device back-end, lstm::dist_nccl, which lstm::dist links).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -13,17 +13,23 @@ install(TARGETS lstm lstm_cpu lstm_variants EXPORT lstmTargets)
 if(LSTM_WITH_CUDA)
     install(TARGETS lstm_cuda EXPORT lstmTargets)
 endif()
+install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
+# The optional parts in export files of their own: the package config loads each only where its
+# dependency is found, so that a program linking lstm::lstm alone needs neither oneDNN nor MPI.
 if(LSTM_WITH_ONEDNN)
-    install(TARGETS lstm_onednn EXPORT lstmTargets)
+    install(TARGETS lstm_onednn EXPORT lstmOnednnTargets)
+    install(EXPORT lstmOnednnTargets NAMESPACE lstm::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 endif()
 if(LSTM_WITH_MPI)
-    install(TARGETS lstm_dist EXPORT lstmTargets)
+    install(TARGETS lstm_dist EXPORT lstmDistTargets)
     if(LSTM_WITH_NCCL)
         # Its link interface names libnccl by the absolute path this build found.
-        install(TARGETS lstm_dist_nccl EXPORT lstmTargets)
+        install(TARGETS lstm_dist_nccl EXPORT lstmDistTargets)
     endif()
+    install(EXPORT lstmDistTargets NAMESPACE lstm::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 endif()
-install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 configure_package_config_file(cmake/lstmConfig.cmake.in
     ${CMAKE_CURRENT_BINARY_DIR}/lstmConfig.cmake
     INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)

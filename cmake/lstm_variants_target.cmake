@@ -26,9 +26,12 @@ target_compile_definitions(lstm_variants PUBLIC
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
     LSTM_WITH_ONEDNN=${LSTM_WITH_ONEDNN})
 # Eigen and nlohmann-json are private: no public header includes them, and a program that
-# included one by accident would fail to compile without their include paths.
+# included one by accident would fail to compile without their include paths. Both are
+# header-only, so the installed static library needs nothing of them at link time either:
+# BUILD_INTERFACE keeps them out of the export, and a consumer's find_package(lstm) does not
+# look for them.
 target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX
-    PRIVATE Eigen3::Eigen nlohmann_json::nlohmann_json)
+    PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen> $<BUILD_INTERFACE:nlohmann_json::nlohmann_json>)
 if(LSTM_WITH_CUDA)
     target_link_libraries(lstm_variants PUBLIC lstm_cuda)
 endif()

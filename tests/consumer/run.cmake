@@ -1,6 +1,6 @@
 # ctest driver: install the library into a scratch prefix, then configure, build and run the
 # consumer project against that installed copy (not the source tree).
-foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR)
+foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR WITH_ONEDNN)
     if(NOT DEFINED ${var})
         message(FATAL_ERROR "run.cmake needs -D${var}=...")
     endif()
@@ -26,6 +26,29 @@ run_step(${WORK_DIR}/build/consumer)
 run_step(${WORK_DIR}/build/consumer_loss)
 if(EXISTS ${WORK_DIR}/build/consumer_onednn)
     run_step(${WORK_DIR}/build/consumer_onednn)
+endif()
+# A program that links lstm::lstm alone configures, builds and runs where none of the optional
+# parts' dependencies (oneDNN, with the OpenCL its CMake config needs, and MPI) nor the private
+# header-only ones (Eigen, nlohmann-json) can be found.
+set(hidden)
+foreach(package dnnl OpenCL MPI Eigen3 nlohmann_json)
+    list(APPEND hidden -DCMAKE_DISABLE_FIND_PACKAGE_${package}=ON)
+endforeach()
+run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/core -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 -DCMAKE_PREFIX_PATH=${prefix}
+    -DCONSUMER_CORE_ONLY=ON ${hidden})
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/core)
+run_step(${WORK_DIR}/core/consumer)
+# There, a program that requires lstm::onednn is refused at configure time, with the reason.
+if(WITH_ONEDNN)
+    execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer
+        -B ${WORK_DIR}/require_onednn -G "${GENERATOR}" -DCMAKE_PREFIX_PATH=${prefix}
+        -DCONSUMER_COMPONENTS=onednn ${hidden}
+        RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(rc EQUAL 0 OR NOT out MATCHES "lstm::onednn is not available: oneDNN's CMake config was")
+        message(FATAL_ERROR "requiring lstm::onednn without oneDNN: expected a configure error "
+                            "naming the reason, got (${rc}):\n${out}")
+    endif()
 endif()
 # A build with MPI adds tests/dist, and its package must export lstm::dist: the consumer then
 # builds consumer_dist against it and runs it with one rank (OpenMPI's flags as tests/dist uses
