@@ -11,3 +11,11 @@ function(lstm_static_part name alias)
     target_compile_features(${name} PUBLIC cxx_std_17)
     target_compile_options(${name} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
 endfunction()
+
+# The compiled parts are static by design: lstm::onednn reaches the registry through weak symbols
+# that only an archive member taken by --undefined resolves (lstm/detail/onednn_hooks.hpp), and
+# they are position-independent, so they link into a shared library of the program's own.
+if(BUILD_SHARED_LIBS)
+    message(STATUS "lstm: BUILD_SHARED_LIBS is ON, but lstm's compiled parts stay static "
+                   "(position-independent) libraries by design")
+endif()

@@ -1,6 +1,6 @@
 # ctest driver: install the library into a scratch prefix, then configure, build and run the
 # consumer project against that installed copy (not the source tree).
-foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR WITH_ONEDNN)
+foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR WITH_ONEDNN WITH_TOOL)
     if(NOT DEFINED ${var})
         message(FATAL_ERROR "run.cmake needs -D${var}=...")
     endif()
@@ -11,12 +11,16 @@ set(prefix ${WORK_DIR}/prefix)
 include(${CMAKE_CURRENT_LIST_DIR}/../run_step.cmake)
 
 run_step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-# The tool is installed beside the library and runs from there (`info` without a file describes
-# the host).
-if(NOT EXISTS ${prefix}/bin/lstm_tool)
-    message(FATAL_ERROR "cmake --install did not install bin/lstm_tool")
+# The tool (LSTM_BUILD_TOOLS) is installed beside the library and runs from there (`info`
+# without a file describes the host); without it, nothing is installed in its place.
+if(WITH_TOOL)
+    if(NOT EXISTS ${prefix}/bin/lstm_tool)
+        message(FATAL_ERROR "cmake --install did not install bin/lstm_tool")
+    endif()
+    run_step(${prefix}/bin/lstm_tool info)
+elseif(EXISTS ${prefix}/bin/lstm_tool)
+    message(FATAL_ERROR "cmake --install installed bin/lstm_tool with LSTM_BUILD_TOOLS off")
 endif()
-run_step(${prefix}/bin/lstm_tool info)
 # Plain -O2 and nothing else (no -march, no -DNDEBUG): the flags a consumer may well use, which
 # must not change what the library's compiled parts run.
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -G "${GENERATOR}"
