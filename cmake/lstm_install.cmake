@@ -5,10 +5,40 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh"
+# Headers of the parts this build has, and only those: a header of a part the build left out
+# declares what the package does not define, and some include what the consumer's machine need
+# not have (mpi.h, the CUDA runtime's headers). The headers of the parts it has never include
+# one of these (tests/consumer checks that every installed header compiles on its own).
+set(lstm_header_excludes
     # CUDA-including helpers of lstm_cuda's own sources; consumers never include them.
     PATTERN "internal" EXCLUDE)
+if(NOT LSTM_WITH_CUDA)
+    # The CUDA back-end: its services, variants, device kernels and the CUDA halves of the
+    # model's layers and losses (their CPU headers include them only under LSTM_WITH_CUDA).
+    list(APPEND lstm_header_excludes
+        REGEX "/lstm/cuda$" EXCLUDE
+        REGEX "/kernels/cuda$" EXCLUDE
+        REGEX "/lstm/variants/(cuda_|cudnn)[^/]*$" EXCLUDE
+        REGEX "/lstm/nn/[^/]*_cuda\\.hpp$" EXCLUDE
+        REGEX "/lstm/loss/cross_entropy_cuda\\.hpp$" EXCLUDE)
+elseif(NOT LSTM_WITH_CUDNN)
+    list(APPEND lstm_header_excludes REGEX "/lstm/variants/cudnn[^/]*$" EXCLUDE)
+endif()
+if(NOT LSTM_WITH_ONEDNN)
+    list(APPEND lstm_header_excludes REGEX "/lstm/variants/onednn\\.hpp$" EXCLUDE)
+endif()
+if(NOT LSTM_WITH_MPI)
+    list(APPEND lstm_header_excludes REGEX "/lstm/dist$" EXCLUDE)
+elseif(NOT LSTM_WITH_NCCL)
+    list(APPEND lstm_header_excludes REGEX "/lstm/dist/nccl_backend\\.hpp$" EXCLUDE)
+endif()
+install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh" ${lstm_header_excludes})
+if(NOT LSTM_WITH_CUDA)
+    # kernels/cpu/optim.hpp shares the optimizers' update rules with the CUDA kernels through
+    # this one, which includes no CUDA header.
+    install(FILES kernels/cuda/optim.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kernels/cuda)
+endif()
 install(TARGETS lstm lstm_cpu lstm_variants EXPORT lstmTargets)
 if(LSTM_WITH_CUDA)
     install(TARGETS lstm_cuda EXPORT lstmTargets)

@@ -15,6 +15,12 @@
 #include "lstm/cuda/layer_ops.hpp"
 #endif
 
+// The signatures below name the context in every build, so that callers need no #if of their
+// own; without CUDA it is never defined and the pointer is never used.
+namespace lstm::cuda {
+class Context;  // lstm/cuda/context.hpp
+}  // namespace lstm::cuda
+
 namespace lstm::detail {
 
 // Host loops only pay for an OpenMP team above this many elements.

@@ -24,7 +24,8 @@ endif()
 # Plain -O2 and nothing else (no -march, no -DNDEBUG): the flags a consumer may well use, which
 # must not change what the library's compiled parts run.
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build -G "${GENERATOR}"
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 -DCMAKE_PREFIX_PATH=${prefix})
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 -DCMAKE_PREFIX_PATH=${prefix}
+    -DCONSUMER_HEADER_DIR=${prefix}/include)
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run_step(${WORK_DIR}/build/consumer)
 run_step(${WORK_DIR}/build/consumer_loss)
