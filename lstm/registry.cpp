@@ -72,6 +72,18 @@ const Variant& find_variant(std::string_view name, Device device) {
         fail_as<Unsupported>(
             "variant '", name,
             "' on cuda: this build has no CUDA back-end (LSTM_WITH_CUDA=0); known: ", known);
+    // onednn registers itself only in programs that link lstm_onednn, so a library built with
+    // oneDNN reaches here exactly when the program does not link it: say where it lives.
+    if (name == "onednn" && device == Device::cpu) {
+        if (LSTM_WITH_ONEDNN)
+            fail_as<Unsupported>(
+                "variant 'onednn' on cpu lives in the lstm::onednn target (library lstm_onednn), "
+                "which this program does not link; known: ",
+                known);
+        fail_as<Unsupported>(
+            "variant 'onednn' on cpu: this build has no oneDNN (LSTM_WITH_ONEDNN=0); known: ",
+            known);
+    }
     fail("variant '", name, "' on ", to_string(device),
          " is not built into this binary; known: ", known);
 }

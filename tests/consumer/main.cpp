@@ -47,5 +47,23 @@ int main() {
         return 1;
     }
     std::printf("consumer: onednn registered: %d, as expected\n", has_onednn);
+    // Without it, asking for onednn says why (a build with oneDNN: the target the program does
+    // not link), as lstm::Unsupported, like a CUDA variant in a build without CUDA.
+    if (!has_onednn) {
+        const std::string want_why =
+            LSTM_WITH_ONEDNN ? "lives in the lstm::onednn target" : "this build has no oneDNN";
+        try {
+            lstm::find_variant("onednn", lstm::Device::cpu);
+            std::printf("find_variant(\"onednn\") did not throw\n");
+            return 1;
+        } catch (const lstm::Unsupported& e) {
+            if (std::string(e.what()).find(want_why) == std::string::npos) {
+                std::printf("find_variant(\"onednn\"): '%s' does not say '%s'\n", e.what(),
+                            want_why.c_str());
+                return 1;
+            }
+            std::printf("consumer: %s\n", e.what());
+        }
+    }
     return 0;
 }
