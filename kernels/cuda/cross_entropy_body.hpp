@@ -22,7 +22,7 @@ namespace lstm::kernels::cuda {
 constexpr int32_t kCeIgnored = -1;
 
 // Everything the CE kernels read and write. Device pointers; the host validated every target of a
-// valid row to lie in [0, classes).
+// valid row to lie in [0, classes) or replaced it by kCeIgnored.
 template <typename T>
 struct CeArgs {
     int64_t rows = 0, classes = 0;

@@ -45,7 +45,9 @@ public:
     // batch padded to its own longest length, say) therefore keeps growing; release_plans()
     // bounds that: it waits for the work queued on the context (its stream and side streams),
     // then frees every plan, and returns how many it freed. The next calls rebuild what they
-    // need (with the same results). plan_count() says how many are held.
+    // need (with the same results). Call it between training steps, not between a forward and
+    // its backward (cuDNN's backward expects the forward's descriptors), and not while another
+    // thread uses the context. plan_count() says how many are held.
     size_t release_plans();
     size_t plan_count() const;
 

@@ -1,5 +1,6 @@
-// Host side of the CUDA softmax cross-entropy: uploads the targets and lengths into a scratch
-// plan of the context, launches kernels/cuda/cross_entropy.cu and brings the loss sum back.
+// Host side of the CUDA softmax cross-entropy: uploads the targets, lengths and class weights
+// into a scratch plan of the context, launches kernels/cuda/cross_entropy.cu and brings the loss
+// sum back.
 
 #include "lstm/loss/cross_entropy_cuda.hpp"
 
