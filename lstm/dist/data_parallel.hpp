@@ -9,7 +9,9 @@
 //
 // Weights. Each head's loss is a mean over "items": sequences for the per-sequence CE heads and
 // for CTC (PyTorch's mean divides each sequence's loss by its target length, then averages over
-// sequences), valid frames for ce_every_frame. A rank with w_r items and local mean gradient g_r
+// sequences), valid frames for ce_every_frame; for the CE heads only those whose target is not
+// the ignore_index -100 the heads leave out of their mean. A rank with w_r items and local mean
+// gradient g_r
 // contributes (w_r / W) g_r, W = sum of w_r, which is exactly the global mean's gradient. W is
 // the sum in the handshake at the start of the step (Agreement, below; it also lets a rank
 // hold no sequences).
@@ -30,6 +32,7 @@
 // Agreement. What every rank must pass and call, and how the ranks find out that they do
 // not, is lstm/dist/agreement.hpp.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +44,7 @@
 #include "lstm/dist/communicator.hpp"
 #include "lstm/error.hpp"
 #include "lstm/layer.hpp"
+#include "lstm/loss/cross_entropy.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/params.hpp"
 
@@ -168,7 +172,9 @@ private:
             refused = std::current_exception();
         }
         const double total = handshake_.exchange(call, items, refused);
-        check(total > 0, "DataParallel: the global batch is empty (every rank's x has N = 0)");
+        check(total > 0,
+              "DataParallel: the global batch is empty (every rank's x has N = 0, or every "
+              "target is the ignore_index -100)");
         const bool empty = x.size(1) == 0;  // x has rank 3, or the handshake threw
         double local_loss = 0;
         if (empty) {
@@ -199,8 +205,9 @@ private:
         // one for the loss sum even with a layer's allreduce in every other slot.
         comm_.wait(dense_request_);
         // The loss sum runs while the LSTM's reductions are in flight (MPI advances them in this
-        // call too). A rank without items adds 0, never 0 * NaN.
-        scalars_[0] = empty ? 0.0 : weight_ * local_loss;
+        // call too). A rank without items (none, or all ignored: its mean is NaN) adds 0, never
+        // 0 * NaN.
+        scalars_[0] = empty || items == 0 ? 0.0 : weight_ * local_loss;
         host().allreduce_sum(scalars_, 1, DType::f64);
         comm_.wait(lstm_request_);
         for (Request& r : layer_requests_) comm_.wait(r);
@@ -231,16 +238,33 @@ private:
         }
         // The model's message, but here: T = 0 would make a per-frame shard count 0 items.
         check(x.size(0) >= 1, "x: T (x.size(0)) must be >= 1, got ", x.size(0));
-        if (model_.config().head != nn::Head::ce_every_frame) return static_cast<double>(x.size(1));
-        if (lengths.empty()) return static_cast<double>(x.size(0) * x.size(1));
+        const int64_t steps = x.size(0), batch = x.size(1);
+        const nn::Head head = model_.config().head;
+        if (head == nn::Head::ctc) return static_cast<double>(batch);
+        // The heads' cross-entropy leaves targets of -100 out of its mean, so they are no items;
+        // the targets are read here, so their count is checked here too (the model's words).
+        auto counted = [](int64_t target) { return target != loss::kDefaultIgnoreIndex; };
+        if (head != nn::Head::ce_every_frame) {
+            check(targets.size == batch,
+                  "SequenceModel: targets must have one class per sequence (N = ", batch,
+                  ") for the ", nn::to_string(head), " head, got ", targets.size);
+            return static_cast<double>(std::count_if(targets.begin(), targets.end(), counted));
+        }
+        check(targets.size == steps * batch,
+              "SequenceModel: targets must have one class per frame, time-major (T * N = ", steps,
+              " * ", batch, " = ", steps * batch, ") for the ce_every_frame head, got ",
+              targets.size);
         // Checked here, before the sum weights this rank's gradients: a length the model would
         // refuse could otherwise cancel real frames or empty the global batch first.
-        const int64_t steps = x.size(0);
+        check(lengths.empty() || lengths.size == batch,
+              "DataParallel: lengths must have N = ", batch, " elements (or none), got ",
+              lengths.size);
         double frames = 0;
-        for (int64_t n = 0; n < lengths.size; ++n) {
-            check(lengths[n] >= 1 && lengths[n] <= steps, "DataParallel: lengths[", n,
-                  "] = ", lengths[n], " must be in 1..T = ", steps);
-            frames += static_cast<double>(lengths[n]);
+        for (int64_t n = 0; n < batch; ++n) {
+            const int64_t length = lengths.empty() ? steps : lengths[n];
+            check(length >= 1 && length <= steps, "DataParallel: lengths[", n, "] = ", length,
+                  " must be in 1..T = ", steps);
+            for (int64_t t = 0; t < length; ++t) frames += counted(targets[t * batch + n]);
         }
         return frames;
     }

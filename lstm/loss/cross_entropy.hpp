@@ -25,6 +25,9 @@ class Context;  // lstm/cuda/context.hpp
 
 namespace lstm::loss {
 
+// PyTorch's default ignore_index: a target equal to it counts for nothing.
+inline constexpr int64_t kDefaultIgnoreIndex = -100;
+
 // PyTorch's keyword arguments of F.cross_entropy, with its defaults. A Reduction converts to
 // options with the other arguments at their defaults, so cross_entropy(logits, targets,
 // Reduction::sum, grad) keeps working.
@@ -36,7 +39,7 @@ struct CrossEntropyOptions {
     // Rows (frames) whose target equals it count for nothing: zero loss and gradient, left out of
     // mean's denominator and never range-checked. PyTorch's default; any value may be chosen,
     // a class index too.
-    int64_t ignore_index = -100;
+    int64_t ignore_index = kDefaultIgnoreIndex;
     // s in [0, 1]: the loss is taken against (1 - s) onehot(target) + s / C instead of the
     // onehot, as PyTorch's label_smoothing.
     double label_smoothing = 0.0;

@@ -1,8 +1,8 @@
 // DataParallel against one process: a step on shards across ranks gives the gradients and loss of
 // one process's step on the whole batch (within the tolerance rule), for every CPU variant and
-// head, balanced and unequal shards (one empty), with the per-layer overlap (the default) and
-// without; parameters stay bit-identical over many steps; the per-layer allreduces start during
-// the backward, one per layer, top first.
+// head, balanced and unequal shards (one empty), ignored targets (one rank's all), with the
+// per-layer overlap (the default) and without; parameters stay bit-identical over many steps; the
+// per-layer allreduces start during the backward, one per layer, top first.
 
 #include "lstm/dist/data_parallel.hpp"
 
@@ -64,20 +64,34 @@ std::vector<double> to_double(const T* data, int64_t n) {
 // One step of rank-local shards through DataParallel against compute_gradients of one model on
 // the whole batch; CHECKs the LSTM and dense gradients and the loss under the tolerance rule.
 // Every rank must call it with the same arguments (it is a collective).
+// With `ignored`, a CE head's batch has targets of -100 (ignore_index, which the heads leave out
+// of their mean): every third sequence's or frame's, and all of the last rank's shard, whose
+// mean is then NaN and which must weigh nothing.
 template <typename T>
 void check_matches_one_process(const Variant& v, nn::Head head, Split split,
-                               dist::Overlap overlap = dist::Overlap::per_layer) {
+                               dist::Overlap overlap = dist::Overlap::per_layer,
+                               bool ignored = false) {
     const nn::ModelConfig mc = model_config(head);
     const bool variable = !v.supports_variable_lengths().has_value();
-    const test::GlobalBatch global =
+    test::GlobalBatch global =
         test::make_batch(head, kSteps, kBatch, kInput, kClasses, variable, 17);
+    const std::vector<int64_t> sizes = shard_sizes(split, kBatch, world().size());
+    if (ignored) {
+        const int64_t last_begin = kBatch - sizes.back();
+        const bool per_frame = head == nn::Head::ce_every_frame;
+        for (size_t i = 0; i < global.targets.size(); ++i) {
+            const int64_t n =
+                per_frame ? static_cast<int64_t>(i) % kBatch : static_cast<int64_t>(i);
+            if (i % 3 == 1 || (world().size() > 1 && n >= last_begin))
+                global.targets[i] = loss::kDefaultIgnoreIndex;
+        }
+    }
 
     nn::SequenceModel<T> whole(mc, v.name(), Device::cpu, /*seed=*/5);
     const test::Shard<T> all = test::cut_shard<T>(global, head, 0, kBatch);
     const T want_loss =
         whole.compute_gradients(all.view(), all.lengths, all.targets, all.target_lengths);
 
-    const std::vector<int64_t> sizes = shard_sizes(split, kBatch, world().size());
     const int rank = world().rank();
     const int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t{0});
     const test::Shard<T> shard =
@@ -196,6 +210,15 @@ TEST_CASE("a data-parallel step equals one process's step for the pooled and fin
         check_matches_one_process<float>(find_variant("basic", Device::cpu), head, Split::balanced);
         check_matches_one_process<double>(find_variant("basic", Device::cpu), head,
                                           Split::balanced);
+    }
+}
+
+TEST_CASE("targets of -100 are no items: a rank whose targets are all ignored weighs nothing",
+          "[dist]") {
+    const Variant& v = find_variant("fused", Device::cpu);
+    for (nn::Head head : {nn::Head::ce_last_step, nn::Head::ce_every_frame}) {
+        check_matches_one_process<float>(v, head, Split::balanced, dist::Overlap::per_layer, true);
+        check_matches_one_process<double>(v, head, Split::balanced, dist::Overlap::per_layer, true);
     }
 }
 
