@@ -74,7 +74,8 @@ TEST_CASE("argmax_classes and accuracy", "[nn]") {
                       Contains("scores has no data"));
 }
 
-TEST_CASE("frame_accuracy scores each sequence's valid frames only", "[nn]") {
+TEST_CASE("frame_accuracy scores each sequence's valid frames only, targets of -100 not at all",
+          "[nn]") {
     // T 3, N 2, lengths {3, 1}: sequence 0 has frames 0, 2, 4 (time-major), sequence 1 frame 1;
     // frames 3 and 5 are padding, wrong on purpose. Valid: 0 right, 2 wrong, 4 right, 1 right.
     const std::vector<int64_t> predicted = {1, 2, 0, 7, 3, 7};
@@ -88,8 +89,18 @@ TEST_CASE("frame_accuracy scores each sequence's valid frames only", "[nn]") {
                       "lengths describes");
     CHECK_THROWS_WITH(nn::frame_accuracy(predicted, targets, over),
                       "frame_accuracy: lengths[0] = 4 is outside 0..T = 3");
-    CHECK_THROWS_WITH(nn::frame_accuracy(predicted, targets, none),
-                      "frame_accuracy: lengths leave no valid frame");
+    CHECK_THROWS_WITH(
+        nn::frame_accuracy(predicted, targets, none),
+        "frame_accuracy: lengths and targets leave no frame to score (valid, target not -100)");
+    // Frames whose target is -100 (ignore_index) count for nothing, as in the per-frame loss:
+    // frame 2 (wrong) left out gives 3 of 3.
+    std::vector<int64_t> ignored = targets;
+    ignored[2] = -100;
+    CHECK(nn::frame_accuracy(predicted, ignored, lengths) == 1.0);
+    ignored = {-100, -100, -100, 0, -100, 0};
+    CHECK_THROWS_WITH(
+        nn::frame_accuracy(predicted, ignored, lengths),
+        "frame_accuracy: lengths and targets leave no frame to score (valid, target not -100)");
 }
 
 TEST_CASE("a model's logits() are what its loss was computed from", "[nn]") {

@@ -9,6 +9,7 @@
 
 #include "lstm/detail/argmax.hpp"
 #include "lstm/error.hpp"
+#include "lstm/loss/cross_entropy.hpp"  // kDefaultIgnoreIndex
 #include "lstm/tensor.hpp"
 
 namespace lstm::nn {
@@ -48,10 +49,10 @@ inline double accuracy(Span<const int64_t> predicted, Span<const int64_t> target
 }
 
 // The accuracy of per-frame predictions (argmax_classes of (T, N, C) logits, time-major: frame
-// t of sequence n at t * N + n) over the valid frames only, t < lengths[n], as the per-frame
-// loss counts them: plain accuracy() would also score the padding. predicted and targets T * N
-// values each (targets at padded frames are not read); lengths N values in 0..T, at least one
-// above 0.
+// t of sequence n at t * N + n) over the frames the per-frame loss counts: valid ones, t <
+// lengths[n], whose target is not the ignore_index -100 (plain accuracy() would also score the
+// padding). predicted and targets T * N values each (targets at padded frames are not read);
+// lengths N values in 0..T, leaving at least one frame counted.
 inline double frame_accuracy(Span<const int64_t> predicted, Span<const int64_t> targets,
                              Span<const int64_t> lengths) {
     constexpr const char* fn = "frame_accuracy";
@@ -67,11 +68,15 @@ inline double frame_accuracy(Span<const int64_t> predicted, Span<const int64_t> 
     for (int64_t n = 0; n < batch; ++n) {
         check(lengths[n] >= 0 && lengths[n] <= steps, fn, ": lengths[", n, "] = ", lengths[n],
               " is outside 0..T = ", steps);
-        for (int64_t t = 0; t < lengths[n]; ++t)
-            right += predicted[t * batch + n] == targets[t * batch + n];
-        frames += lengths[n];
+        for (int64_t t = 0; t < lengths[n]; ++t) {
+            const int64_t target = targets[t * batch + n];
+            if (target == loss::kDefaultIgnoreIndex) continue;
+            right += predicted[t * batch + n] == target;
+            ++frames;
+        }
     }
-    check(frames >= 1, fn, ": lengths leave no valid frame");
+    check(frames >= 1, fn,
+          ": lengths and targets leave no frame to score (valid, target not -100)");
     return static_cast<double>(right) / static_cast<double>(frames);
 }
 
