@@ -5,6 +5,7 @@
 #include <fstream>
 #include <utility>
 
+#include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "lstm/detail/onednn_hooks.hpp"
@@ -75,8 +76,12 @@ std::string variant_path(const Variant& variant) {
         // stopping. Paths are told apart by name, so a path added to FusedIsa still reports.
         try {
             const std::string isa = cpu::fused_isa_name(cpu::fused_isa());
-            if (isa == "avx512") return "avx512 kernels (own AVX-512 GEMMs, avx512_gemm.hpp)";
-            // The Highway kernel set, held to its AVX2 target whatever simd_target says.
+            // The Highway kernel set, held to one target whatever simd_target says.
+            if (isa == "avx512")
+                return std::string("avx512 kernels (Highway, ") +
+                       kernels::cpu::simd_fused_target_name(
+                           kernels::cpu::simd_fused_avx512_target()) +
+                       " target)";
             if (isa == "avx2") return "avx2 kernels (Highway, AVX2 target)";
             if (isa == "eigen")
                 return "eigen kernels (Eigen compiled for " + eigen_instruction_sets() + ")";

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "kernels/common/gates.hpp"
-#include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
@@ -204,7 +203,7 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
 TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]") {
     const std::vector<FusedIsa> isas = available_isas();
     if (isas.size() < 2) {
-        LSTM_SKIP("no AVX2 or AVX-512F on this CPU"
+        LSTM_SKIP("no AVX2 or AVX-512 on this CPU"
                   << kernels::cpu::isa_cap_note()
                   << ": only the eigen path exists, nothing to mix");
     }
@@ -331,8 +330,8 @@ TEST_CASE("fused: weight and bias gradients summed over 32000 frames stay accura
 
 TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread count", "[fused]") {
     if (ordered_isas().empty()) {
-        LSTM_SKIP("no AVX2 or AVX-512F on this CPU" << kernels::cpu::isa_cap_note()
-                                                    << ": the guarantee is the SIMD paths'");
+        LSTM_SKIP("no AVX2 or AVX-512 on this CPU" << kernels::cpu::isa_cap_note()
+                                                   << ": the guarantee is the SIMD paths'");
     }
     // Every output element is summed in the same order whatever the split of blocks, rows and
     // steps among threads, so 1, 2, 3, 4, 5 and 6 threads (5 > blocks of a layer here) agree
@@ -390,7 +389,7 @@ TEST_CASE("fused: a team shrunk under load changes no bits, and the eigen path i
 
 TEST_CASE("fused: workspace and reserve of any alignment give the same bits", "[fused]") {
     // The interface does not fix the alignment of the caller's buffers (malloc gives 16 bytes),
-    // while the AVX-512 kernels use aligned loads and streaming stores on arrays carved from them.
+    // while the SIMD kernels use aligned loads and streaming stores on arrays carved from them.
     const Shape s = tile_shapes()[0];
     const LstmCase c = shape_case(s, 93);
     const Config& cfg = s.config;
@@ -556,7 +555,6 @@ void check_gate_math(const std::function<void(const float*, float*, float*)>& ac
 
 }  // namespace
 
-#if LSTM_HAVE_AVX512_KERNELS
 TEST_CASE("fused: packed strips follow their layout", "[fused]") {
     using namespace lstm::kernels::cpu;
     const int64_t hidden = 21, k_size = 19;  // padded units and a partial column strip
@@ -591,58 +589,11 @@ TEST_CASE("fused: packed strips follow their layout", "[fused]") {
             }
 }
 
-namespace {
-
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,fma,avx2"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,fma,avx2")
-#endif
-
-// The AVX-512 gate functions on 16 units given as arrays; out receives, per unit: i, f, g, o,
-// c, h (forward) and di, df, dg, do, dc_prev (backward).
-void vector_gate_math(const float* pre, const float* c_prev, const float* dh, const float* dc,
-                      float* out) {
-    using namespace lstm::kernels::cpu::avx512;
-    const VecGates a = activate(_mm512_loadu_ps(pre), _mm512_loadu_ps(pre + 16),
-                                _mm512_loadu_ps(pre + 32), _mm512_loadu_ps(pre + 48));
-    const Vec cp = _mm512_loadu_ps(c_prev);
-    const Vec c = cell_state(a, cp);
-    const VecCellGrads d = cell_backward(a, cp, c, _mm512_loadu_ps(dh), _mm512_loadu_ps(dc));
-    const Vec all[11] = {a.i,  a.f,  a.g,  a.o,   c,        hidden_state(a, c),
-                         d.di, d.df, d.dg, d.d_o, d.dc_prev};
-    for (int k = 0; k < 11; ++k) _mm512_storeu_ps(out + 16 * k, all[k]);
-}
-
-void vector_activations(const float* x, float* sig, float* tanh_out) {
-    using namespace lstm::kernels::cpu::avx512;
-    _mm512_storeu_ps(sig, sigmoid_ps(_mm512_loadu_ps(x)));
-    _mm512_storeu_ps(tanh_out, tanh_ps(_mm512_loadu_ps(x)));
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-
-}  // namespace
-
-TEST_CASE("fused: AVX-512 gate math agrees with kernels/common/gates.hpp", "[fused]") {
-    if (!kernels::cpu::cpu_has_avx512()) {
-        LSTM_SKIP("no AVX-512F on this CPU" << kernels::cpu::isa_cap_note()
-                                            << ": its gate math cannot run here");
-    }
-    check_gate_math(vector_activations, vector_gate_math);
-}
-
-#endif  // LSTM_HAVE_AVX512_KERNELS
-
 TEST_CASE("fused: Highway gate math agrees with kernels/common/gates.hpp on every target",
           "[fused]") {
-    // Every target this CPU runs, not only the AVX2 one the avx2 path takes: the narrower ones
-    // (SSE4, the emulated 128-bit set) are what other machines get from the same source.
+    // Every target this CPU runs, not only the AVX3 and AVX2 ones the avx512 and avx2 paths take:
+    // the narrower ones (SSE4, the emulated 128-bit set) are what other machines get from the
+    // same source.
     using namespace lstm::kernels::cpu;
     const int64_t targets = simd_fused_targets();
     REQUIRE(targets != 0);
@@ -757,8 +708,9 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
         const IsaScope scope(FusedIsa::eigen);  // an explicit choice wins over the environment
         CHECK(cpu::fused_isa() == FusedIsa::eigen);
     }
-    if (!kernels::cpu::cpu_has_avx512())
-        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx512), Contains("no AVX-512F"));
+    if (!cpu::fused_isa_available(FusedIsa::avx512))
+        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx512),
+                          Contains("no AVX-512 (F, BW, DQ and VL)"));
     if (!cpu::fused_isa_available(FusedIsa::avx2))
         CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx2), Contains("no AVX2 with FMA"));
 }

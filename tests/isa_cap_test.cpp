@@ -114,7 +114,9 @@ TEST_CASE("this process's LSTM_MAX_CPU_ISA reaches every path", "[isa_cap]") {
     // What the processor itself reports, which the cap must hide and nothing else may.
     __builtin_cpu_init();
     const bool fma = __builtin_cpu_supports("fma");
-    const bool avx512 = LSTM_HAVE_AVX512_KERNELS && __builtin_cpu_supports("avx512f") && fma;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                        fma;
     const bool avx2 = __builtin_cpu_supports("avx2") && fma;
     // The CTC kernel runs whatever the dispatch runs.
     CHECK(ctc_kernel_path() == "Highway " + target);

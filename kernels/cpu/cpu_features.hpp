@@ -1,19 +1,8 @@
 #pragma once
 
 // Run-time CPU feature detection for kernels that are compiled for an instruction set the build
-// flags may not enable (function-level target attributes), so one binary runs everywhere and takes
-// the fast path where the processor has it.
-
-// LSTM_HAVE_AVX512_KERNELS is 1 when this compiler can build the AVX-512 kernels whatever -march
-// says: GCC and Clang on x86-64 accept per-function target attributes. Defining it to 0 leaves
-// them out (the portable path then runs everywhere), which is also how that build is tested.
-#ifndef LSTM_HAVE_AVX512_KERNELS
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define LSTM_HAVE_AVX512_KERNELS 1
-#else
-#define LSTM_HAVE_AVX512_KERNELS 0
-#endif
-#endif
+// flags may not enable (Highway's per-target code in lstm_cpu), so one binary runs everywhere and
+// takes the fast path where the processor has it.
 
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
@@ -130,15 +119,17 @@ private:
 #endif
 };
 
-// True when the processor and the operating system support AVX-512F with FMA, what
-// kernels/cpu/avx512_gemm.hpp needs, and isa_cap() allows it. __builtin_cpu_supports also checks
-// that the OS saves the AVX-512 registers (XCR0), so a true here means the instructions run, not
-// just that they exist.
+// True when the processor and the operating system support AVX-512 F, BW, DQ and VL with FMA,
+// what Highway's AVX3 target (the fused variant's avx512 path) needs, and isa_cap() allows it.
+// __builtin_cpu_supports also checks that the OS saves the AVX-512 registers (XCR0), so a true
+// here means the instructions run, not just that they exist. False off x86-64.
 inline bool cpu_has_avx512() {
-#if LSTM_HAVE_AVX512_KERNELS
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static const bool has = [] {
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("fma");
     }();
     return has && isa_cap() == SimdCap::all;
 #else

@@ -4,10 +4,10 @@
 // a thread's slice of hidden units (bias already folded in, activations, cell update, saving what
 // backward needs), its mirror for backward, the weight packing those passes read, and the
 // compact row order the variant computes in. The arithmetic per unit is kernels/common/gates.hpp,
-// the same functions the CUDA kernels call. GEMMs come from gemm.hpp (Eigen); avx512_gemm.hpp
+// the same functions the CUDA kernels call. GEMMs come from gemm.hpp (Eigen); fused_simd.hpp
 // implements the same operations with the element-wise pass inside the GEMM's epilogue.
 //
-// Layout, shared by every fused kernel (both instruction sets write and read the same bytes):
+// Layout, shared by every fused kernel (every instruction set writes and reads the same bytes):
 //  - Units come in blocks of kUnitBlock = 16. Hp = H rounded up to 16, nb = Hp / 16, G = 4 Hp.
 //  - Gate columns are interleaved per block: column (b * 4 + gate) * 16 + u holds gate `gate`
 //    (i, f, g, o) of unit b * 16 + u. A thread that owns blocks [b0, b1) owns the contiguous
@@ -57,7 +57,8 @@ constexpr int64_t kGradChunkMax = 512;
 // writes into all of a thread's tiles (107 at H 320 and 2 threads) fell into one L1 set and
 // evicted one another; a line between them spreads the streams over the sets (the weight-gradient
 // call 2-3% faster, braun/1x320-CE-short and CE-long, 2 threads, EPYC Zen 4, AVX2 target). The
-// AVX-512 kernel's 128-row tiles fell into 4 sets; padded, its backward call took 0.2-1.2% less
+// hand-written AVX-512 kernel of the time (128-row tiles) fell into 4 sets; padded, its backward
+// call took 0.2-1.2% less
 // (CE-short at 1 and 2 threads, CE-long at 2, same machine).
 constexpr int64_t kGradTilePad = 16;
 // Rows ahead that the packing of dgates asks for, into L2. By then dgates has left the caches,
@@ -65,8 +66,8 @@ constexpr int64_t kGradTilePad = 16;
 // waited on memory at about 5 GB/s per thread. Measured on braun/1x320 CE-short and CE-long, 2
 // threads, EPYC Zen 4, backward call timed in one process on alternating calls: 1-2% less on the
 // AVX2 target with an L1 prefetch, and 1.4-3.7% less again into L2 instead (an L1 prefetch of 40
-// lines a row, 4 rows ahead, crowds the L1); 1.1-2.2% less on the AVX-512 kernel, unchanged at one
-// thread. 2, 8 and 16 rows ahead were no better.
+// lines a row, 4 rows ahead, crowds the L1); 1.1-2.2% less on the hand-written AVX-512 kernel of
+// the time, unchanged at one thread. 2, 8 and 16 rows ahead were no better.
 constexpr int64_t kGradPackAhead = 4;
 // Packed tiles per 16-unit block: 64 gate columns in tiles of kGradTileCols, the last partial.
 constexpr int64_t kGradTilesPerBlock = (4 * kUnitBlock + kGradTileCols - 1) / kGradTileCols;
@@ -197,7 +198,7 @@ void pack_rows_interleaved(const T* w, int64_t k_size, const FusedLayout& lay, B
 }
 
 // ------------------------------------------------------------------------------------------------
-// Strip packing of the SIMD kernel sets (avx512_gemm.hpp and fused_simd.cpp read the same strips)
+// Strip packing of the SIMD kernel set (fused_simd.cpp reads these strips on every target)
 // ------------------------------------------------------------------------------------------------
 
 // Once per call and small next to the GEMMs that read them, so plain code serves every
@@ -520,7 +521,7 @@ public:
     }
 
     // gates (rows, G), own columns, overwritten <- x (rows, ldx; in features) W_ih^T + biases.
-    // `target` is only a hint for the AVX-512 set; Eigen's GEMM writes through the cache.
+    // `target` is only a hint for the SIMD set; Eigen's GEMM writes through the cache.
     void input_projection(const T* x, int64_t ldx, int64_t rows, int64_t in, T* gates,
                           BlockRange own, ProjectionTarget /*target*/) const {
         if (own.count() == 0 || rows == 0) return;

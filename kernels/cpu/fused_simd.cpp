@@ -2,7 +2,7 @@
 // once per target by hwy/foreach_target.h: the HWY_NAMESPACE part is the per-target code, the
 // HWY_ONCE part (compiled once, for the baseline) packs weights and picks a target's functions.
 //
-// Packed layouts (the same bytes as kernels/cpu/avx512_gemm.hpp's): forward strip blk * 4 + gate
+// Packed layouts (kernels/cpu/fused_cell.hpp packs them): forward strip blk * 4 + gate
 // is (K, 16) with row k = W[gate * H + 16 blk + u][k]; backward strip q is (G, 16) with row c =
 // W[row of gate column c][16 q + u]. A vector of N floats reads lanes [j N, j N + N) of a strip
 // row, so a 16-float strip is 16/N vectors on every target.
@@ -56,7 +56,7 @@ struct SimdFusedOps {
 };
 
 // Rows of dgates per chunk of the input-gradient GEMM and rows of x per chunk of the input
-// projection: as avx512_gemm.hpp (the chunk of A stays in L2 across the panels of B).
+// projection: the chunk of A stays in L2 across the panels of B.
 constexpr int64_t kSimdInputGradRows = 96;
 constexpr int64_t kSimdProjectionRows = 240;
 
@@ -310,10 +310,10 @@ HWY_INLINE void prefetch_l2(const float* p, int64_t lines) {
 constexpr int64_t lines_of(int vecs) { return (vecs * kLanes + kUnitBlock - 1) / kUnitBlock; }
 
 // ---- operand accessors of the micro-kernel ----------------------------------------------------
-// RowsA and PackedA repeat avx512_gemm.hpp's on purpose: those are compiled under an AVX-512
-// target pragma, these once per Highway target. One shared inline definition would be emitted
-// with different instruction sets in different objects, and the linker keeps whichever copy it
-// meets first, so an AVX2-only CPU could end up running the AVX-512 one.
+// Defined per Highway target on purpose, even where a definition has no vector code: one shared
+// inline definition would be emitted with different instruction sets in different targets'
+// code, and the linker keeps whichever copy it meets first, so an AVX2-only CPU could end up
+// running an AVX-512 one.
 
 // A row-major: element (i, k) at p[i * ld + k].
 struct RowsA {
@@ -1030,6 +1030,13 @@ const SimdFusedOps* ops_or_best(int64_t target) {
 int64_t simd_fused_targets() { return compiled_targets() & supported_targets(); }
 
 int64_t simd_fused_avx2_target() { return ops_for(HWY_AVX2) ? HWY_AVX2 : 0; }
+
+int64_t simd_fused_avx512_target() {
+    // AVX3 first: it is the target that was measured, and it runs on every AVX-512 CPU with BW,
+    // DQ and VL. AVX3_DL is compiled only as a baseline, where the CPU is known to have it.
+    if (ops_for(HWY_AVX3)) return HWY_AVX3;
+    return ops_for(HWY_AVX3_DL) ? HWY_AVX3_DL : 0;
+}
 
 bool simd_fused_runs_avx2() {
     // Checked once: supported_targets() runs CPUID (slow in a virtual machine). What takes AVX2

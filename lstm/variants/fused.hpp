@@ -21,16 +21,15 @@
 // threads each thread runs one whole direction without a single barrier.
 //
 // Instruction sets (float only; double always takes the portable path):
-//  - avx512: kernels/cpu/avx512_gemm.hpp, own register-blocked GEMMs with the gate math in the
-//    epilogue; chosen at run time when the CPU has AVX-512F (kernels/cpu/cpu_features.hpp).
-//  - avx2: kernels/cpu/fused_simd.hpp, the same design written once with Google Highway (in
-//    lstm_cpu), held to Highway's AVX2 target whatever else the CPU has: the kernel set is
-//    built with that target's functions per call, before the team starts, so an AVX-512 host
-//    runs exactly what an AVX2-only one (AMD Zen 3) runs. Needs AVX2 with FMA.
+//  - avx512 and avx2: kernels/cpu/fused_simd.hpp, register-blocked GEMMs with the gate math in
+//    the epilogue, written once with Google Highway (in lstm_cpu) and held to one of its targets:
+//    AVX3 (needs AVX-512 F, BW, DQ and VL) or AVX2 (needs AVX2 with FMA), whatever else the CPU
+//    has. The kernel set is built with that target's functions per call, before the team starts,
+//    so an AVX-512 host on the avx2 path runs exactly what an AVX2-only one (AMD Zen 3) runs.
 //  - eigen: the portable path, Eigen GEMMs (kernels/cpu/gemm.hpp) plus the scalar passes of
 //    kernels/cpu/fused_cell.hpp built on kernels/common/gates.hpp.
 // Which one runs: set_fused_isa() if called, else the environment variable LSTM_FUSED_ISA
-// (auto, avx512, avx2, eigen; read per call), else auto: avx512 where the CPU has AVX-512F, else
+// (auto, avx512, avx2, eigen; read per call), else auto: avx512 where the CPU has AVX-512, else
 // avx2 where it has AVX2 and FMA, else eigen. All write the same reserve layout, so a forward on
 // one and a backward on another agree.
 //
@@ -72,7 +71,6 @@
 #include <string>
 #include <type_traits>
 
-#include "kernels/cpu/avx512_gemm.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/crew.hpp"
 #include "kernels/cpu/environment.hpp"
@@ -98,6 +96,11 @@ inline bool avx2_runs() {
     return kernels::cpu::cpu_has_avx2_fma() && kernels::cpu::simd_fused_runs_avx2();
 }
 
+// The avx512 path needs the instructions and one of Highway's AVX-512 targets in lstm_cpu.
+inline bool avx512_runs() {
+    return kernels::cpu::cpu_has_avx512() && kernels::cpu::simd_fused_avx512_target() != 0;
+}
+
 }  // namespace fused_detail
 
 // Whether this CPU (and build) can run the fused variant's float path `isa`; automatic and
@@ -105,7 +108,7 @@ inline bool avx2_runs() {
 inline bool fused_isa_available(FusedIsa isa) {
     switch (isa) {
         case FusedIsa::avx512:
-            return kernels::cpu::cpu_has_avx512();
+            return fused_detail::avx512_runs();
         case FusedIsa::avx2:
             return fused_detail::avx2_runs();
         case FusedIsa::automatic:
@@ -120,7 +123,7 @@ inline bool fused_isa_available(FusedIsa isa) {
 // start after it returns; safe to call from any thread.
 inline void set_fused_isa(FusedIsa isa) {
     check(isa != FusedIsa::avx512 || fused_isa_available(isa),
-          "set_fused_isa(avx512): this CPU (or compiler) has no AVX-512F",
+          "set_fused_isa(avx512): this CPU (or build) has no AVX-512 (F, BW, DQ and VL)",
           kernels::cpu::isa_cap_note(), "; use eigen or automatic");
     check(isa != FusedIsa::avx2 || fused_isa_available(isa),
           "set_fused_isa(avx2): this CPU (or build) has no AVX2 with FMA",
@@ -133,8 +136,9 @@ inline FusedIsa fused_isa() {
     FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
     if (isa == FusedIsa::automatic) isa = kernels::cpu::fused_isa_from_environment();
     if (isa == FusedIsa::avx512 && !fused_isa_available(isa))
-        fail_as<Unsupported>("LSTM_FUSED_ISA = avx512, but this CPU (or compiler) has no AVX-512F",
-                             kernels::cpu::isa_cap_note());
+        fail_as<Unsupported>(
+            "LSTM_FUSED_ISA = avx512, but this CPU (or build) has no AVX-512 (F, BW, DQ and VL)",
+            kernels::cpu::isa_cap_note());
     if (isa == FusedIsa::avx2 && !fused_isa_available(isa))
         fail_as<Unsupported>("LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA",
                              kernels::cpu::isa_cap_note());
@@ -174,12 +178,16 @@ using kernels::cpu::RowRun;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// The Highway kernel set held to its AVX2 target: the avx2 path, on any CPU that runs it.
-class Avx2FusedKernels : public kernels::cpu::SimdFusedKernels {
+// The Highway kernel set held to the target target_bit() names, on any CPU that runs it (the
+// avx512 and avx2 paths; FusedLoop takes a kernel set constructed from the layout and buffers).
+template <int64_t (*target_bit)()>
+class HeldSimdKernels : public kernels::cpu::SimdFusedKernels {
 public:
-    Avx2FusedKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
-        : SimdFusedKernels(lay, buf, kernels::cpu::simd_fused_avx2_target()) {}
+    HeldSimdKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
+        : SimdFusedKernels(lay, buf, target_bit()) {}
 };
+using Avx512FusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_avx512_target>;
+using Avx2FusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_avx2_target>;
 
 // Row stride of the sorted layer-0 input: padded to whole vectors, so AVX-512 loads of a row
 // never straddle into the next one and every row starts aligned.
@@ -331,8 +339,8 @@ inline BlockRange my_share(int64_t count) {
     return kernels::cpu::row_range(count, omp_get_thread_num(), omp_get_num_threads());
 }
 
-// One call's time loops for kernel set K (PortableFusedKernels, Avx512FusedKernels or a
-// SimdFusedKernels), constructed once per call on the calling thread.
+// One call's time loops for kernel set K (PortableFusedKernels or a SimdFusedKernels held to one
+// target), constructed once per call on the calling thread.
 template <typename T, typename K>
 class FusedLoop {
 public:
@@ -1051,7 +1059,7 @@ private:
     static void with_fastest_loop(const Config& c, const TensorView<const float>& x, Run&& run) {
         switch (fused_isa()) {
             case FusedIsa::avx512:
-                return run(loop<float, kernels::cpu::Avx512FusedKernels>(c, x));
+                return run(loop<float, fused_detail::Avx512FusedKernels>(c, x));
             case FusedIsa::avx2:
                 return run(loop<float, fused_detail::Avx2FusedKernels>(c, x));
             default:
