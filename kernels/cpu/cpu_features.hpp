@@ -119,17 +119,23 @@ private:
 #endif
 };
 
-// True when the processor and the operating system support AVX-512 F, BW, DQ and VL with FMA,
-// what Highway's AVX3 target (the fused variant's avx512 path) needs, and isa_cap() allows it.
+// True when the processor and the operating system support AVX-512 F, BW, DQ and VL and every
+// other set Highway 1.0 compiles its AVX3 target for (the fused variant's avx512 path: AVX2, FMA,
+// BMI, BMI2, F16C, AES, PCLMUL, SSE4.2), and isa_cap() allows it. The fused variant picks that
+// target's functions itself rather than through Highway's dispatch, so it asks here.
 // __builtin_cpu_supports also checks that the OS saves the AVX-512 registers (XCR0), so a true
 // here means the instructions run, not just that they exist. False off x86-64.
 inline bool cpu_has_avx512() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static const bool has = [] {
         __builtin_cpu_init();
+        // The builtin takes string literals only.
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("fma");
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("aes") &&
+               __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.2");
     }();
     return has && isa_cap() == SimdCap::all;
 #else
