@@ -11,6 +11,10 @@
 #define LSTM_HAVE_MXCSR 0
 #endif
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -129,13 +133,16 @@ inline bool cpu_has_avx512() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static const bool has = [] {
         __builtin_cpu_init();
-        // The builtin takes string literals only.
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        // Clang 14's builtin does not know "f16c": that bit comes from CPUID leaf 1 (the OS
+        // saving the YMM registers it needs is part of the builtin's "avx2").
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+        return f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("aes") &&
-               __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.2");
+               __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul") &&
+               __builtin_cpu_supports("sse4.2");
     }();
     return has && isa_cap() == SimdCap::all;
 #else
