@@ -291,11 +291,15 @@ TEST_CASE("CPU variants allocate nothing per time step in forward and backward",
 
 namespace {
 
-// Allocations of kernels::cpu::gemm on every transpose case of an m x n x k product.
+// Allocations of kernels::cpu::gemm on every transpose case of an m x n x k product, after one
+// call: the OpenMP runtime allocates a thread's own settings once, the first time the thread
+// changes its team size (gemm holds small products to one thread), and never again.
 template <typename T>
 long gemm_allocations(int64_t m, int64_t n, int64_t k, T alpha, T beta) {
     std::vector<T> a(static_cast<size_t>(m * k), T(0.5)), b(static_cast<size_t>(k * n), T(0.25));
     std::vector<T> c(static_cast<size_t>(m * n), T(1));
+    kernels::cpu::gemm<T>(false, false, m, n, k, alpha, a.data(), k, b.data(), n, beta, c.data(),
+                          n);
     const long before = g_allocations.load();
     for (bool ta : {false, true})
         for (bool tb : {false, true})

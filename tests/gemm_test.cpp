@@ -4,6 +4,8 @@
 
 #include "kernels/cpu/gemm.hpp"
 
+#include <omp.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -132,6 +134,25 @@ TEMPLATE_TEST_CASE("gemm matches naive loops on blocked sizes with padded leadin
             check_case<TestType>(trans_a, trans_b, 131, 77, 259, -0.5, 0.25, 5, seed++);
     check_case<TestType>(false, true, 129, 67, 300, 1.0, 0.0, 1, seed++);
     check_case<TestType>(true, false, 67, 129, 300, 1.0, 1.0, 0, seed++);
+    // Past the 2^22 multiply-adds from which Eigen may split the product over a team.
+    check_case<TestType>(false, false, 257, 97, 263, 1.0, 0.5, 2, seed++);
+    check_case<TestType>(true, true, 97, 257, 263, -1.0, 0.0, 0, seed++);
+}
+
+TEST_CASE("gemm leaves the caller's OpenMP thread count as it found it", "[kernels]") {
+    // Small products run with the count held at one, large ones with the caller's.
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(3);
+    for (const int64_t size : {int64_t(8), int64_t(200)}) {
+        const std::vector<float> a(size * size, 0.5f), b(size * size, 0.25f);
+        std::vector<float> c(size * size, -1.0f);
+        gemm<float>(false, false, size, size, size, 1.0f, a.data(), size, b.data(), size, 0.0f,
+                    c.data(), size);
+        INFO("size " << size);
+        CHECK(omp_get_max_threads() == 3);
+        CHECK(c[0] == Approx(0.125 * static_cast<double>(size)));
+    }
+    omp_set_num_threads(before);
 }
 
 TEMPLATE_TEST_CASE("gemm follows BLAS rules for alpha = 0, k = 0 and empty outputs", "[kernels]",

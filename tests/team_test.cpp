@@ -5,8 +5,11 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -16,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/run_queues.hpp"
 #include "lstm/error.hpp"
 #include "lstm/threads.hpp"
 #include "test_util.hpp"
@@ -121,6 +125,114 @@ TEST_CASE(
     const std::vector<int> new_load = run(9, 0.5);
     INFO("sizes for a new load: " << show(new_load));
     CHECK(new_load == fresh);
+}
+
+TEST_CASE("team governor: loops beside the time loops get the size in force and never probe",
+          "[team]") {
+    const EnvScope env(nullptr);
+    TeamGovernor governor;
+    CHECK(governor.size_in_force(2) == 2);
+    report(governor, 2, governor.team_size(2), 0.5, 3);  // a shortage: regions now get 1 thread
+    // Asking often changes nothing: the time loops still probe on their 8th region.
+    for (int i = 0; i < 20; ++i) CHECK(governor.size_in_force(2) == 1);
+    std::vector<int> expected(7, 1);
+    expected.push_back(2);
+    const std::vector<int> got = sizes(governor, 2, 8, 0.0);
+    INFO("sizes: " << show(got));
+    CHECK(got == expected);
+    CHECK(governor.size_in_force(2) == 2);  // the probe found the cores free
+    CHECK(governor.size_in_force(0) == 1);
+    report(governor, 2, governor.team_size(2), 0.5, 3);
+    CHECK(governor.size_in_force(2) == 1);
+    const EnvScope fixed("fixed");  // a fixed team ignores the shortage just measured
+    CHECK(governor.size_in_force(2) == 2);
+}
+
+namespace {
+
+// Run-queue views for a 2-CPU machine: another process's thread runnable, or none.
+lstm::kernels::cpu::RunQueues one_other_busy() { return {true, 2, 1}; }
+lstm::kernels::cpu::RunQueues nothing_else_busy() { return {true, 2, 0}; }
+lstm::kernels::cpu::RunQueues no_view() { return {}; }
+
+}  // namespace
+
+TEST_CASE("team governor: probes the run queues show futile are skipped, backing off as failed",
+          "[team]") {
+    const EnvScope env(nullptr);
+    SECTION("another process holds a core: three probes skipped, the fourth runs") {
+        TeamGovernor governor(&one_other_busy);
+        // Skipped 8, 16 and 32 regions on (each doubling the wait); the fourth, 64 regions on,
+        // runs, finds the load and doubles the wait to 128. Then three more skips (128, 256 and
+        // 256 regions on, the longest wait) before the next probe runs.
+        const std::pair<int, bool> waits[] = {{8, false},   {16, false},  {32, false},
+                                              {64, true},   {128, false}, {256, false},
+                                              {256, false}, {256, true}};
+        std::vector<int> expected = {2};
+        for (const auto& [wait, probes] : waits) {
+            expected.insert(expected.end(), wait - 1, 1);
+            expected.push_back(probes ? 2 : 1);
+        }
+        const std::vector<int> got =
+            sizes(governor, 2, static_cast<int>(expected.size()), /*lost_cores=*/0.5);
+        INFO("sizes: " << show(got));
+        CHECK(got == expected);
+    }
+    SECTION("free cores, or no view: every probe runs, as without run queues") {
+        for (auto* view : {&nothing_else_busy, &no_view}) {
+            TeamGovernor governor(view);
+            std::vector<int> expected = {2};
+            expected.insert(expected.end(), 7, 1);
+            expected.push_back(2);
+            expected.insert(expected.end(), 15, 1);
+            expected.push_back(2);
+            const std::vector<int> got =
+                sizes(governor, 2, static_cast<int>(expected.size()), /*lost_cores=*/0.5);
+            INFO("sizes: " << show(got));
+            CHECK(got == expected);
+        }
+    }
+}
+
+TEST_CASE("run queues: a busy child counts as another process, a busy thread as this one's",
+          "[team]") {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+    const bool whole_machine = CPU_COUNT(&allowed) == sysconf(_SC_NPROCESSORS_ONLN);
+    const lstm::kernels::cpu::RunQueues quiet = lstm::kernels::cpu::read_run_queues();
+    // Only a process that may run on every online CPU can read the system's count as its own.
+    REQUIRE(quiet.known == whole_machine);
+    REQUIRE(lstm::kernels::cpu::own_runnable_threads() >= 1);  // the caller runs
+    std::atomic<bool> spinning{false}, stop{false};
+    std::thread spinner([&] {
+        spinning = true;
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+    });
+    while (!spinning) std::this_thread::yield();
+    const int own = lstm::kernels::cpu::own_runnable_threads();
+    stop = true;
+    spinner.join();
+    CHECK(own >= 2);
+    if (!whole_machine) return;
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        // Spins until killed; touches nothing of the parent's state (no OpenMP after fork).
+        for (;;) {
+        }
+    }
+    // The child is runnable from its first instruction; give the scheduler a moment to list it.
+    const timespec pause{0, 20'000'000};
+    nanosleep(&pause, nullptr);
+    const lstm::kernels::cpu::RunQueues busy = lstm::kernels::cpu::read_run_queues();
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    INFO("cpus " << busy.cpus << ", other runnable threads " << busy.others);
+    CHECK(busy.known);
+    CHECK(busy.cpus == CPU_COUNT(&allowed));
+    CHECK(busy.others >= 1);
 }
 
 TEST_CASE("team governor: a large team gives up the cores it missed, at least one", "[team]") {

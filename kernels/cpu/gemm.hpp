@@ -15,8 +15,9 @@ namespace lstm::kernels::cpu {
 // op(A) is (m, k): A is stored (m, k) with lda >= k, or (k, m) with lda >= m when trans_a.
 // op(B) is (k, n): B is stored (k, n) with ldb >= n, or (n, k) with ldb >= k when trans_b.
 // C is (m, n) with ldc >= n and must not overlap A or B. As in BLAS, A and B are not read when
-// alpha == 0 or k == 0. Eigen may use its own OpenMP threads for large products; it stays serial
-// when called from inside a parallel region, so callers never get nested teams. T is float or
+// alpha == 0 or k == 0. Eigen may use its own OpenMP threads for products of at least 2^22
+// multiply-adds (smaller ones cost more to split than they gain); it stays serial when called
+// from inside a parallel region, so callers never get nested teams. T is float or
 // double (the instantiations the library compiles).
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,

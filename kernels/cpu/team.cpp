@@ -33,6 +33,11 @@ constexpr int kLastProbe = 256;
 // (bahrampour/imdb/grad, 2 threads, AMD EPYC Zen 4).
 constexpr int kCalmRegions = 2 * kFirstProbe;
 
+// Probes in a row that the run queues may cancel before one runs regardless: the view is one
+// instant and counts runnable threads, not their needs (a process about to sleep, an OpenMP
+// runtime's spinning worker elsewhere), so it must not keep the team small for good.
+constexpr int kMostSkips = 3;
+
 int64_t clock_ns(clockid_t clock) {
     timespec ts{};
     clock_gettime(clock, &ts);
@@ -135,6 +140,7 @@ void TeamGovernor::set_policy(TeamPolicy policy) {
     calls_since_probe_ = 0;
     probe_interval_ = 0;
     calm_regions_ = 0;
+    skipped_ = 0;
 }
 
 TeamPolicy TeamGovernor::policy() const {
@@ -153,9 +159,27 @@ int TeamGovernor::team_size(int max_threads) {
     if (reduced_ == 0 || reduced_ >= max_threads) return max_threads;
     if (++calls_since_probe_ >= probe_interval_) {
         calls_since_probe_ = 0;
+        if (skipped_ < kMostSkips && run_queues_ != nullptr) {
+            const RunQueues queues = run_queues_();
+            // The full team needs max_threads CPUs beside the other processes' runnable threads.
+            // Lacking them, the probe would fail: back off as after a failed one, at no cost.
+            if (queues.known && queues.others + max_threads > queues.cpus) {
+                ++skipped_;
+                probe_interval_ = std::min(2 * probe_interval_, kLastProbe);
+                return reduced_;
+            }
+        }
+        skipped_ = 0;
         return max_threads;
     }
     return reduced_;
+}
+
+int TeamGovernor::size_in_force(int max_threads) const {
+    max_threads = std::max(1, max_threads);
+    if (policy() == TeamPolicy::fixed) return max_threads;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return reduced_ == 0 || reduced_ >= max_threads ? max_threads : reduced_;
 }
 
 void TeamGovernor::report(int max_threads, int threads, const TeamUsage& usage, int64_t wall_ns) {
@@ -187,8 +211,10 @@ void TeamGovernor::report(int max_threads, int threads, const TeamUsage& usage, 
 }
 
 TeamGovernor& time_loop_governor() {
-    static TeamGovernor governor;
+    static TeamGovernor governor(&read_run_queues);
     return governor;
 }
+
+int loop_team_size() { return time_loop_governor().size_in_force(omp_get_max_threads()); }
 
 }  // namespace lstm::kernels::cpu

@@ -9,6 +9,8 @@
 // The governor measures what each team actually got (time its threads were runnable but off the
 // CPU, and how often the kernel preempted them) and shrinks the next teams by the cores that
 // were missing; now and then it probes the full size again, backing off while the load stays.
+// Before a probe it looks at the run queues (kernels/cpu/run_queues.hpp) and skips a probe they
+// show to be futile, since a failed probe costs a scheduler slice at every barrier of a region.
 // Time a thread sleeps (in the runtime's wait at a barrier, in the kernel) is not a missing core:
 // where Linux keeps the scheduler's run-queue delay per thread, that is what counts.
 // Peers leave this to the OpenMP runtime: libgomp's OMP_DYNAMIC sizes teams from the 15-minute
@@ -23,6 +25,8 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+
+#include "kernels/cpu/run_queues.hpp"
 
 namespace lstm::kernels::cpu {
 
@@ -68,8 +72,18 @@ TeamPolicy team_policy_from_environment();
 
 class TeamGovernor {
 public:
+    // Without a view of the run queues every probe runs (the tests' deterministic governor).
+    TeamGovernor() = default;
+    // Probes consult `run_queues` (read_run_queues for the process's governor).
+    explicit TeamGovernor(RunQueues (*run_queues)()) : run_queues_(run_queues) {}
+
     // Team size for the next region, 1..max_threads.
     int team_size(int max_threads);
+    // The size the governor holds now, 1..max_threads, without counting a region: for short
+    // parallel loops beside the time loops (an optimizer's update) whose bits do not depend on
+    // the team. They follow the governor's judgement but never probe the full team themselves,
+    // since a failed probe costs a scheduler slice and these loops are too short to measure one.
+    int size_in_force(int max_threads) const;
     // What a region run with `threads` members (team_size's answer for `max_threads`) got in
     // `wall_ns` of wall time.
     void report(int max_threads, int threads, const TeamUsage& usage, int64_t wall_ns);
@@ -86,10 +100,16 @@ private:
     int calls_since_probe_ = 0;
     int probe_interval_ = 0;  // 0 until the first shortage
     int calm_regions_ = 0;    // full-team regions without a shortage since the last one
+    int skipped_ = 0;         // probes skipped in a row on the run queues' word
+    RunQueues (*run_queues_)() = nullptr;
 };
 
 // The governor of the fused time loops (one per process: the cores are the machine's).
 TeamGovernor& time_loop_governor();
+
+// time_loop_governor().size_in_force(omp_get_max_threads()): the team for a parallel loop outside
+// the time loops whose bits do not depend on the team size.
+int loop_team_size();
 
 // Runs body() on every thread of a team the governor sizes (at most omp_get_max_threads()) and
 // reports what the team got; without a governor (nullptr), on a team of omp_get_max_threads().

@@ -4,6 +4,8 @@
 
 #include "kernels/cpu/gemm.hpp"
 
+#include <omp.h>
+
 // GCC 12's AVX-512 intrinsics initialise their "undefined" vectors from themselves, which its
 // flow analysis reports as -W(maybe-)uninitialized inside every Eigen product built with
 // -march=native (GCC bug 105593, fixed in GCC 13). The false positive is silenced for Eigen's own
@@ -24,6 +26,33 @@
 namespace lstm::kernels::cpu {
 
 namespace gemm_detail {
+
+// Products of fewer multiply-adds (m * n * k) run on the calling thread. Eigen forks a team from
+// 50,000 per thread, where waking a team costs more than it saves: at 2 threads on an Intel Xeon
+// (AVX-512, 2026-12-06) a team first gained at 256x128x128 (4.2M: 55 us against 61 on one
+// thread) with its members spinning, and a sleeping team (OMP_WAIT_POLICY=passive, as a team
+// idle between a model's steps is) still lost at 10M. A smaller product also runs whole while
+// another process holds a core, rather than waiting a scheduler slice (milliseconds) for a
+// descheduled member: each product of the dense layer of Braun's CE cases (64x10x320) took 7-13
+// ms so, against 0.04-0.1, on a 2-core machine with one busy process.
+constexpr double kSerialWork = double(int64_t(1) << 22);
+
+// Holds the calling thread's OpenMP team size at one while it lives, which Eigen reads to size
+// its team (unless a program fixed that with Eigen::setNbThreads), and restores it.
+class SerialScope {
+public:
+    explicit SerialScope(bool serial) : saved_(serial ? omp_get_max_threads() : 0) {
+        if (serial) omp_set_num_threads(1);
+    }
+    ~SerialScope() {
+        if (saved_ > 0) omp_set_num_threads(saved_);
+    }
+    SerialScope(const SerialScope&) = delete;
+    SerialScope& operator=(const SerialScope&) = delete;
+
+private:
+    int saved_;
+};
 
 template <typename T>
 using RowMajorMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -79,6 +108,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
             c_map.noalias() += op_a * op_b;
         }
     };
+    // Inside a parallel region, or on one thread, Eigen stays serial by itself.
+    const bool small = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <
+                       gemm_detail::kSerialWork;
+    const gemm_detail::SerialScope serial(small && !omp_in_parallel() && omp_get_max_threads() > 1);
     auto assign = [&](const auto& op_a, const auto& op_b) {
         if (alpha == T(1))
             product(op_a, op_b);

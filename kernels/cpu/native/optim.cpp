@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/split.hpp"
+#include "kernels/cpu/team.hpp"
 
 namespace lstm::kernels::cpu {
 
@@ -20,10 +21,13 @@ constexpr int64_t kParallelMin = int64_t(1) << 15;
 
 // Runs range(begin, end) on each thread's contiguous share of [0, n), on the calling thread alone
 // below kParallelMin. The team splits the range itself and each share is a plain `omp simd` loop:
-// GCC 12 leaves a combined `parallel for simd` over SGD's branches scalar.
+// GCC 12 leaves a combined `parallel for simd` over SGD's branches scalar. Every element gets the
+// same operations on any team, so the team is the one the time-loop governor holds: while another
+// process takes a core, a full team would wait for its descheduled member once per update.
 template <typename F>
 void split_range(int64_t n, const F& range) {
-#pragma omp parallel if (n >= kParallelMin)
+    const bool parallel = n >= kParallelMin;
+#pragma omp parallel if (parallel) num_threads(parallel ? loop_team_size() : 1)
     {
         const BlockRange share = row_range(n, omp_get_thread_num(), omp_get_num_threads());
         range(share.begin, share.end);
