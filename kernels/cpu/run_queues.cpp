@@ -90,8 +90,10 @@ RunQueues read_run_queues() {
     if (view.cpus <= 0) return view;
     const int own = own_runnable_threads();
     const int all = system_runnable_threads();
-    if (own < 0 || all < 0) return view;
-    view.others = all > own ? all - own : 0;
+    // The system's count includes this process's runnable threads (the caller's at least); one
+    // below it comes from a /proc that does not count them (a sandbox's), which says nothing.
+    if (own < 0 || all < own) return view;
+    view.others = all - own;
     view.known = true;
     return view;
 }

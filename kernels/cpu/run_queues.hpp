@@ -20,7 +20,8 @@ struct RunQueues {
 // Reads /proc/loadavg's count of runnable threads and subtracts this process's own runnable
 // threads (/proc/self/task/*/stat; the calling thread is one of them). Unknown where the process
 // may run on fewer CPUs than are online (a cpuset), since the system-wide count then says
-// nothing about its own CPUs. Allocates nothing; a few system calls per thread of the process.
+// nothing about its own CPUs, and where the system's count is below the process's own (an
+// emulated /proc). Allocates nothing; a few system calls per thread of the process.
 RunQueues read_run_queues();
 
 // This process's threads that are runnable (state R) now, the caller included; -1 where
