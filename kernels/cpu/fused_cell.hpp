@@ -52,13 +52,13 @@ constexpr int64_t kGradTileCols = 6;
 // instantiation (16-float panels) runs chunks of 512 rows: its tiles then load and store their
 // rows of dw a quarter as often (kernels/cpu/fused_simd.cpp).
 constexpr int64_t kGradChunkMax = 512;
-// Floats of padding after each packed dgates tile, one cache line. The Highway kernels' tiles of
+// Floats of padding after each packed dgates tile, one cache line. The AVX2 target's tiles of
 // 512 x 6 floats are 12 KiB apart, a multiple of an L1's way size, so the packing's row-by-row
 // writes into all of a thread's tiles (107 at H 320 and 2 threads) fell into one L1 set and
 // evicted one another; a line between them spreads the streams over the sets (the weight-gradient
-// call 2-3% faster, braun/1x320-CE-short and CE-long, 2 threads, EPYC Zen 4, AVX2 target). The
-// hand-written AVX-512 kernel of the time (128-row tiles) fell into 4 sets; padded, its backward
-// call took 0.2-1.2% less
+// call 2-3% faster, braun/1x320-CE-short and CE-long, 2 threads, EPYC Zen 4, AVX2 target). Tiles
+// of 128 rows (the AVX3 target's) fall into 4 sets; padded, the hand-written AVX-512 kernel that
+// had such tiles before the AVX3 target replaced it took 0.2-1.2% less in its backward call
 // (CE-short at 1 and 2 threads, CE-long at 2, same machine).
 constexpr int64_t kGradTilePad = 16;
 // Rows ahead that the packing of dgates asks for, into L2. By then dgates has left the caches,
