@@ -200,6 +200,32 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
     }
 }
 
+namespace {
+
+// One SIMD path against the reference on the tile shapes, or, where this CPU (or the cap) lacks
+// it, a skip that names it: the loops over available_isas() above leave such a path out silently.
+void check_simd_path(FusedIsa isa, const char* needs) {
+    if (!cpu::fused_isa_available(isa)) {
+        LSTM_SKIP("the " << cpu::fused_isa_name(isa) << " path does not run here: no " << needs
+                         << " on this CPU" << kernels::cpu::isa_cap_note());
+    }
+    const IsaScope scope(isa);
+    uint64_t seed = 7800;
+    for (const Shape& s : tile_shapes()) check_case<float>(s, seed += 10, cpu::fused_isa_name(isa));
+}
+
+}  // namespace
+
+TEST_CASE("fused: the avx512 path (Highway AVX3) matches the reference, or reports its skip",
+          "[fused]") {
+    check_simd_path(FusedIsa::avx512, "AVX-512 F, BW, DQ and VL");
+}
+
+TEST_CASE("fused: the avx2 path (Highway AVX2) matches the reference, or reports its skip",
+          "[fused]") {
+    check_simd_path(FusedIsa::avx2, "AVX2 with FMA");
+}
+
 TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]") {
     const std::vector<FusedIsa> isas = available_isas();
     if (isas.size() < 2) {
