@@ -8,11 +8,13 @@
 # cannot be loaded without it. espeak-ng speaks the spoken-digits example's data and
 # libsndfile1-dev reads it (examples/spoken_digits/). OpenMPI (libopenmpi-dev, openmpi-bin: mpirun)
 # builds and runs the data-parallel part (lstm/dist/, tests/dist/); NCCL comes with the CUDA toolkit.
+# qemu-user's qemu-x86_64 runs the instruction-set cases as CPUs without AVX-512 or AVX
+# (tests/emulated/run.cmake).
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev catch2 libbenchmark-dev libdnnl-dev
           ocl-icd-opencl-dev nlohmann-json3-dev libhwy-dev clang libclang-rt-dev libomp-dev
-          espeak-ng libsndfile1-dev libopenmpi-dev openmpi-bin)
+          espeak-ng libsndfile1-dev libopenmpi-dev openmpi-bin qemu-user)
 
 missing=()
 for p in "${packages[@]}"; do
