@@ -4,6 +4,10 @@
 
 #include <fstream>
 #include <utility>
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>  // HWCAP_ASIMD, HWCAP_SVE, HWCAP2_SVE2
+#include <sys/auxv.h>   // getauxval
+#endif
 
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/gemm.hpp"
@@ -19,9 +23,11 @@
 
 namespace lstm {
 
-std::string cpu_model_name() {
+namespace {
+
+// The value of the first "<field> : value" line of /proc/cpuinfo; empty where there is none.
+std::string cpuinfo_field(const std::string& field) {
     std::ifstream in("/proc/cpuinfo");
-    const std::string field = "model name";
     for (std::string line; std::getline(in, line);) {
         if (line.compare(0, field.size(), field) != 0) continue;
         const size_t colon = line.find(':');
@@ -30,6 +36,20 @@ std::string cpu_model_name() {
         if (start == std::string::npos) continue;
         return line.substr(start);
     }
+    return "";
+}
+
+}  // namespace
+
+std::string cpu_model_name() {
+    const std::string model = cpuinfo_field("model name");
+    if (!model.empty()) return model;
+    // ARM kernels write the core's designer and part number instead (0x41 / 0xd0c: an Arm
+    // Neoverse N1), which identify it as well.
+    const std::string implementer = cpuinfo_field("CPU implementer");
+    const std::string part = cpuinfo_field("CPU part");
+    if (!implementer.empty() && !part.empty())
+        return "CPU implementer " + implementer + ", part " + part;
     return "unknown";
 }
 
@@ -44,8 +64,15 @@ std::string cpu_instruction_sets() {
     if (cap == kernels::cpu::SimdCap::all) return sets;
     return sets + "; LSTM_MAX_CPU_ISA = " + kernels::cpu::isa_cap_name(cap) + ": " +
            (cap == kernels::cpu::SimdCap::avx2 ? "AVX-512" : "AVX2 and AVX-512") + " left unused";
+#elif defined(__aarch64__) && defined(__linux__)
+    // What the kernel reports the processor has: NEON (ASIMD) on every 64-bit ARM core, SVE and
+    // SVE2 on some (Highway's dispatch of the CTC kernel takes them; fused runs NEON).
+    const unsigned long caps = getauxval(AT_HWCAP), caps2 = getauxval(AT_HWCAP2);
+    const auto yes_no = [](bool has) { return has ? std::string(" yes") : std::string(" no"); };
+    return "NEON" + yes_no((caps & HWCAP_ASIMD) != 0) + ", SVE" + yes_no((caps & HWCAP_SVE) != 0) +
+           ", SVE2" + yes_no((caps2 & HWCAP2_SVE2) != 0);
 #else
-    return "not x86-64 (AVX2, FMA, AVX-512F do not apply)";
+    return "neither x86-64 nor 64-bit ARM Linux: not known";
 #endif
 }
 
@@ -77,12 +104,11 @@ std::string variant_path(const Variant& variant) {
         try {
             const std::string isa = cpu::fused_isa_name(cpu::fused_isa());
             // The Highway kernel set, held to one target whatever simd_target says.
-            if (isa == "avx512")
-                return std::string("avx512 kernels (Highway, ") +
-                       kernels::cpu::simd_fused_target_name(
-                           kernels::cpu::simd_fused_avx512_target()) +
-                       " target)";
-            if (isa == "avx2") return "avx2 kernels (Highway, AVX2 target)";
+            for (cpu::FusedIsa simd : cpu::kSimdFusedIsas)
+                if (isa == cpu::fused_isa_name(simd))
+                    return isa + " kernels (Highway, " +
+                           kernels::cpu::simd_fused_target_name(cpu::fused_isa_target(simd)) +
+                           " target)";
             if (isa == "eigen")
                 return "eigen kernels (Eigen compiled for " + eigen_instruction_sets() + ")";
             return isa + " kernels";

@@ -23,13 +23,13 @@ struct HostFact {
     std::string value;
 };
 
-// The processor's "model name" from /proc/cpuinfo; "unknown" where the file or the field is
-// missing (ARM kernels, for one, do not write it).
+// The processor's "model name" from /proc/cpuinfo; on ARM, which does not write it, "CPU
+// implementer 0x41, part 0xd0c" from the same file; "unknown" where neither is there.
 std::string cpu_model_name();
 
 // "AVX2 yes, FMA yes, AVX-512F no": the x86 instruction sets the kernels choose between, as the
 // processor and the OS report them (__builtin_cpu_supports also checks that the OS saves the
-// wider registers).
+// wider registers); on 64-bit ARM Linux "NEON yes, SVE no, SVE2 no", as the kernel reports them.
 std::string cpu_instruction_sets();
 
 // "AVX3 (16 float lanes)": the instruction set Highway dispatched the compiled CPU kernels to.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fused_paths.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/memory.hpp"
@@ -145,10 +146,10 @@ long steady_state_allocations(const char* variant) {
 
 }  // namespace
 
-TEST_CASE("fused (avx512, avx2) training forward and backward allocate nothing in steady state",
+TEST_CASE("fused's SIMD paths: training forward and backward allocate nothing in steady state",
           "[memory]") {
     bool ran = false;
-    for (cpu::FusedIsa isa : {cpu::FusedIsa::avx512, cpu::FusedIsa::avx2}) {
+    for (cpu::FusedIsa isa : cpu::kSimdFusedIsas) {
         if (!cpu::fused_isa_available(isa)) continue;
         INFO("isa " << cpu::fused_isa_name(isa));
         cpu::set_fused_isa(isa);
@@ -158,7 +159,7 @@ TEST_CASE("fused (avx512, avx2) training forward and backward allocate nothing i
         ran = true;
     }
     if (!ran)
-        LSTM_SKIP("no AVX-512 and no AVX2 with FMA on this CPU"
+        LSTM_SKIP("no AVX-512, no AVX2 with FMA and no NEON on this CPU"
                   << kernels::cpu::isa_cap_note() << ": no SIMD fused path runs here");
 }
 
@@ -249,10 +250,8 @@ std::vector<CpuRun> cpu_runs() {
         // which this library cannot change; lstm/variants/onednn.hpp says so.
         if (name == "onednn") continue;
         if (name == "fused") {
-            for (cpu::FusedIsa isa :
-                 {cpu::FusedIsa::avx512, cpu::FusedIsa::avx2, cpu::FusedIsa::eigen})
-                if (cpu::fused_isa_available(isa))
-                    runs.push_back({v, false, isa, name + " float " + cpu::fused_isa_name(isa)});
+            for (cpu::FusedIsa isa : test::available_fused_isas())
+                runs.push_back({v, false, isa, name + " float " + cpu::fused_isa_name(isa)});
         } else {
             runs.push_back({v, false, cpu::FusedIsa::automatic, name + " float"});
         }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "fused_paths.hpp"
 #include "kernels/common/gates.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/fused_cell.hpp"
@@ -44,13 +45,7 @@ const cpu::FusedVariant& fused_variant() {
     return v;
 }
 
-// Selects an instruction set for the scope, then hands the choice back to automatic.
-struct IsaScope {
-    explicit IsaScope(FusedIsa isa) { cpu::set_fused_isa(isa); }
-    ~IsaScope() { cpu::set_fused_isa(FusedIsa::automatic); }
-    IsaScope(const IsaScope&) = delete;
-    IsaScope& operator=(const IsaScope&) = delete;
-};
+using IsaScope = test::FusedIsaScope;
 
 // Sets the OpenMP team size for the scope.
 struct ThreadScope {
@@ -61,18 +56,10 @@ struct ThreadScope {
     ThreadScope& operator=(const ThreadScope&) = delete;
 };
 
-// The instruction sets this machine can run.
-std::vector<FusedIsa> available_isas() {
-    std::vector<FusedIsa> out = {FusedIsa::eigen};
-    for (FusedIsa isa : {FusedIsa::avx512, FusedIsa::avx2})
-        if (cpu::fused_isa_available(isa)) out.push_back(isa);
-    return out;
-}
-
 // Those whose own GEMMs sum every output element in a fixed order (same bits for any split).
 std::vector<FusedIsa> ordered_isas() {
     std::vector<FusedIsa> out;
-    for (FusedIsa isa : available_isas())
+    for (FusedIsa isa : test::available_fused_isas())
         if (isa != FusedIsa::eigen) out.push_back(isa);
     return out;
 }
@@ -185,7 +172,7 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
         REQUIRE(rows % chunk != 0);
     }
     uint64_t seed = 7000, option_seed = 7600;
-    for (FusedIsa isa : available_isas()) {
+    for (FusedIsa isa : test::available_fused_isas()) {
         const IsaScope scope(isa);
         for (const Shape& s : tile_shapes()) {
             check_case<float>(s, seed, cpu::fused_isa_name(isa));
@@ -203,7 +190,8 @@ TEST_CASE("fused: every instruction set matches the reference on full-tile shape
 namespace {
 
 // One SIMD path against the reference on the tile shapes, or, where this CPU (or the cap) lacks
-// it, a skip that names it: the loops over available_isas() above leave such a path out silently.
+// it, a skip that names it: the loops over test::available_fused_isas() above leave such a path out
+// silently.
 void check_simd_path(FusedIsa isa, const char* needs) {
     if (!cpu::fused_isa_available(isa)) {
         LSTM_SKIP("the " << cpu::fused_isa_name(isa) << " path does not run here: no " << needs
@@ -226,10 +214,15 @@ TEST_CASE("fused: the avx2 path (Highway AVX2) matches the reference, or reports
     check_simd_path(FusedIsa::avx2, "AVX2 with FMA");
 }
 
+TEST_CASE("fused: the neon path (Highway NEON) matches the reference, or reports its skip",
+          "[fused]") {
+    check_simd_path(FusedIsa::neon, "ARM NEON (not a 64-bit ARM build)");
+}
+
 TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]") {
-    const std::vector<FusedIsa> isas = available_isas();
+    const std::vector<FusedIsa> isas = test::available_fused_isas();
     if (isas.size() < 2) {
-        LSTM_SKIP("no AVX2 or AVX-512 on this CPU"
+        LSTM_SKIP("no SIMD path (AVX-512, AVX2, NEON) on this CPU"
                   << kernels::cpu::isa_cap_note()
                   << ": only the eigen path exists, nothing to mix");
     }
@@ -288,7 +281,7 @@ TEST_CASE("fused: inference forward equals the training forward", "[fused]") {
     // sums are the same either way, so the bits are; Eigen picks its blocking from the GEMM's
     // size, so the eigen path agrees to rounding.
     for (const Shape& s : {tile_shapes()[0], projection_shape()})
-        for (FusedIsa isa : available_isas()) {
+        for (FusedIsa isa : test::available_fused_isas()) {
             const LstmCase c = shape_case(s, 57);
             const IsaScope scope(isa);
             INFO("isa " << cpu::fused_isa_name(isa) << ", case: " << s.name);
@@ -338,7 +331,7 @@ TEST_CASE("fused: weight and bias gradients summed over 32000 frames stay accura
         };
         if (config.proj_size > 0)
             parts.push_back({"dW_hr", o.weight_hr, config.proj_size * config.hidden_size});
-        for (FusedIsa isa : available_isas()) {
+        for (FusedIsa isa : test::available_fused_isas()) {
             const IsaScope scope(isa);
             INFO("isa " << cpu::fused_isa_name(isa) << ", proj " << config.proj_size);
             const VariantResult got = run_variant<float>(fused_variant(), c);
@@ -398,7 +391,7 @@ TEST_CASE("fused: a team shrunk under load changes no bits, and the eigen path i
         REQUIRE(governor.team_size(2) == 1);
     };
     const ThreadScope threads(2);
-    for (FusedIsa isa : available_isas()) {
+    for (FusedIsa isa : test::available_fused_isas()) {
         const IsaScope scope(isa);
         INFO("isa " << cpu::fused_isa_name(isa));
         governor.set_policy(kernels::cpu::TeamPolicy::fixed);
@@ -421,7 +414,7 @@ TEST_CASE("fused: workspace and reserve of any alignment give the same bits", "[
     const Config& cfg = s.config;
     const size_t ws_bytes = fused_variant().workspace_bytes(cfg, DType::f32, s.seq_len, s.batch);
     const size_t rs_bytes = fused_variant().reserve_bytes(cfg, DType::f32, s.seq_len, s.batch);
-    for (FusedIsa isa : available_isas()) {
+    for (FusedIsa isa : test::available_fused_isas()) {
         const IsaScope scope(isa);
         const VariantResult aligned = run_variant<float>(fused_variant(), c);
         for (size_t offset : {size_t(4), size_t(16), size_t(36)}) {
@@ -449,7 +442,7 @@ TEST_CASE("fused: with projections and without biases, data + weights equals one
     for (const Shape& s : option_shapes()) {
         const LstmCase c = shape_case(s, seed);
         const std::vector<double> before = random_vector(param_count(s.config), seed + 99);
-        for (FusedIsa isa : available_isas()) {
+        for (FusedIsa isa : test::available_fused_isas()) {
             const IsaScope scope(isa);
             INFO("isa " << cpu::fused_isa_name(isa) << ", case: " << s.name);
             check_identical(
@@ -702,7 +695,14 @@ TEST_CASE("fused: every Highway target matches the reference on full-tile shapes
 TEST_CASE("fused: the instruction-set switch", "[fused]") {
     const FusedIsa automatic = cpu::fused_isa_available(FusedIsa::avx512) ? FusedIsa::avx512
                                : cpu::fused_isa_available(FusedIsa::avx2) ? FusedIsa::avx2
+                               : cpu::fused_isa_available(FusedIsa::neon) ? FusedIsa::neon
                                                                           : FusedIsa::eigen;
+    // Every 64-bit ARM processor runs NEON; nothing else does.
+#if defined(__aarch64__)
+    CHECK(cpu::fused_isa_available(FusedIsa::neon));
+#else
+    CHECK_FALSE(cpu::fused_isa_available(FusedIsa::neon));
+#endif
     // avx2 needs AVX2 with FMA, where the CPU's own check agrees with Highway's, and a build
     // that has AVX2 kernels (lstm_cpu compiled for AVX-512 as its baseline has none).
     const bool avx2_built = kernels::cpu::narrowest_simd_cap() != kernels::cpu::SimdCap::all;
@@ -721,12 +721,16 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
     CHECK(cpu::fused_isa() == FusedIsa::eigen);
     ::setenv("LSTM_FUSED_ISA", "auto", 1);
     CHECK(cpu::fused_isa() == automatic);
-    if (cpu::fused_isa_available(FusedIsa::avx2)) {
-        ::setenv("LSTM_FUSED_ISA", "avx2", 1);
-        CHECK(cpu::fused_isa() == FusedIsa::avx2);
-        const IsaScope scope(FusedIsa::avx2);
-        CHECK(cpu::fused_isa() == FusedIsa::avx2);
-        CHECK(std::string(cpu::fused_isa_name(cpu::fused_isa())) == "avx2");
+    for (const auto& [isa, name] :
+         {std::pair{FusedIsa::avx512, "avx512"}, std::pair{FusedIsa::avx2, "avx2"},
+          std::pair{FusedIsa::neon, "neon"}}) {
+        if (!cpu::fused_isa_available(isa)) continue;
+        INFO(name);
+        ::setenv("LSTM_FUSED_ISA", name, 1);
+        CHECK(cpu::fused_isa() == isa);
+        const IsaScope scope(isa);
+        CHECK(cpu::fused_isa() == isa);
+        CHECK(std::string(cpu::fused_isa_name(cpu::fused_isa())) == name);
     }
     ::setenv("LSTM_FUSED_ISA", "sse9", 1);
     CHECK_THROWS_WITH(cpu::fused_isa(), Contains("LSTM_FUSED_ISA = 'sse9' is not one of"));
@@ -739,26 +743,33 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
                           Contains("no AVX-512 (F, BW, DQ and VL)"));
     if (!cpu::fused_isa_available(FusedIsa::avx2))
         CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx2), Contains("no AVX2 with FMA"));
+    if (!cpu::fused_isa_available(FusedIsa::neon)) {
+        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::neon),
+                          Contains("set_fused_isa(neon): this CPU (or build) has no ARM NEON"));
+        ::setenv("LSTM_FUSED_ISA", "neon", 1);
+        CHECK_THROWS_AS(cpu::fused_isa(), Unsupported);
+        CHECK_THROWS_WITH(cpu::fused_isa(), Contains("LSTM_FUSED_ISA = neon, but this CPU"));
+    }
 }
 
-#if LSTM_HAVE_MXCSR
-TEST_CASE("fused: denormals flush inside its team only, every thread's MXCSR as it was",
+#if LSTM_HAVE_FP_CONTROL
+TEST_CASE("fused: denormals flush inside its team only, every thread's FP control as it was",
           "[fused]") {
     // fused sets flush-to-zero and denormals-are-zero on its team (long sequences' decaying
     // gradients made every instruction touching a denormal take a microcode assist) and must
     // restore them: a leaked FTZ would change the caller's own arithmetic, on its thread or on
     // the OpenMP pool's threads its next parallel region runs on.
-    // The mode bits (FTZ, DAZ, rounding, exception masks); the low six are sticky status flags
-    // that any arithmetic on denormals raises, basic's included.
-    auto mode = [] { return _mm_getcsr() & ~0x3Fu; };
-    auto pool_mxcsr = [&mode] {
-        std::vector<unsigned> csr(static_cast<size_t>(omp_get_max_threads()), 0);
+    // The mode bits (flushing, rounding, exception masks), not the sticky status flags that any
+    // arithmetic on denormals raises, basic's included.
+    auto mode = [] { return kernels::cpu::read_fp_control() & kernels::cpu::fp_control_mode_mask; };
+    auto pool_modes = [&mode] {
+        std::vector<kernels::cpu::FpControl> csr(static_cast<size_t>(omp_get_max_threads()), 0);
 #pragma omp parallel
         csr[static_cast<size_t>(omp_get_thread_num())] = mode();
         return csr;
     };
-    const unsigned caller = mode();
-    const std::vector<unsigned> pool = pool_mxcsr();
+    const kernels::cpu::FpControl caller = mode();
+    const std::vector<kernels::cpu::FpControl> pool = pool_modes();
     Config config{3, 8, 1, false};
     config.bias = false;  // with h0 = c0 = 0 and a denormal x, every gate input is denormal
     const int64_t steps = 4, batch = 2;
@@ -774,7 +785,7 @@ TEST_CASE("fused: denormals flush inside its team only, every thread's MXCSR as 
     // basic keeps them, as PyTorch does.
     REQUIRE(largest > 0);
     REQUIRE(largest < std::numeric_limits<float>::min());
-    for (FusedIsa isa : available_isas()) {
+    for (FusedIsa isa : test::available_fused_isas()) {
         INFO(cpu::fused_isa_name(isa));
         const IsaScope scope(isa);
         Lstm fused(config, "fused");
@@ -783,7 +794,7 @@ TEST_CASE("fused: denormals flush inside its team only, every thread's MXCSR as 
         for (int64_t k = 0; k < y.numel(); ++k) CHECK(y.data()[k] == 0.0f);
         fused.backward(TensorView<const float>(dy.data(), {steps, batch, 8}));
         CHECK(mode() == caller);
-        CHECK(pool_mxcsr() == pool);
+        CHECK(pool_modes() == pool);
     }
 }
 #endif

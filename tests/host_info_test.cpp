@@ -84,6 +84,13 @@ TEST_CASE("host_facts names the CPU and its instruction sets", "[host_info]") {
 #if defined(__x86_64__)
     CHECK_THAT(facts[1].value,
                Catch::Contains("AVX2") && Catch::Contains("FMA") && Catch::Contains("AVX-512F"));
+#elif defined(__aarch64__) && defined(__linux__)
+    // Every 64-bit ARM core has NEON; SVE2 comes only with SVE, and Highway dispatches to SVE2
+    // only where the kernel reports it.
+    CHECK_THAT(facts[1].value, Catch::StartsWith("NEON yes, SVE "));
+    const std::string target = kernels::cpu::simd_target_name();
+    if (target == "SVE2") CHECK_THAT(facts[1].value, Catch::Contains("SVE yes, SVE2 yes"));
+    if (target == "NEON") CHECK_THAT(facts[1].value, Catch::Contains("SVE no"));
 #endif
     CHECK(facts[2].key == "simd_target");
     CHECK_THAT(facts[2].value, Catch::StartsWith(kernels::cpu::simd_target_name()));

@@ -20,13 +20,13 @@ using kernels::cpu::SimdCap;
 
 namespace {
 
-bool starts_with(const std::string& s, const char* prefix) {
+[[maybe_unused]] bool starts_with(const std::string& s, const char* prefix) {
     return s.compare(0, std::strlen(prefix), prefix) == 0;
 }
 
 // The message with which set_fused_isa(isa) refuses (empty where it accepts); the override is
 // lifted again either way, so a failure here cannot change the later cases' path.
-std::string refusal(cpu::FusedIsa isa) {
+[[maybe_unused]] std::string refusal(cpu::FusedIsa isa) {
     std::string message;
     try {
         cpu::set_fused_isa(isa);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fused_paths.hpp"
 #include "lstm/reference/split_check.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variants/fused.hpp"
@@ -47,18 +48,12 @@ struct IsaRun {
 };
 std::vector<IsaRun> isa_runs(const Variant& v) {
     if (std::string(v.name()) != "fused") return {{"default", cpu::FusedIsa::automatic}};
-    std::vector<IsaRun> out = {{"eigen", cpu::FusedIsa::eigen}};
-    if (cpu::fused_isa_available(cpu::FusedIsa::avx512))
-        out.push_back({"avx512", cpu::FusedIsa::avx512});
-    if (cpu::fused_isa_available(cpu::FusedIsa::avx2)) out.push_back({"avx2", cpu::FusedIsa::avx2});
+    std::vector<IsaRun> out;
+    for (cpu::FusedIsa isa : test::available_fused_isas())
+        out.push_back({cpu::fused_isa_name(isa), isa});
     return out;
 }
-struct IsaScope {
-    explicit IsaScope(cpu::FusedIsa isa) { cpu::set_fused_isa(isa); }
-    ~IsaScope() { cpu::set_fused_isa(cpu::FusedIsa::automatic); }
-    IsaScope(const IsaScope&) = delete;
-    IsaScope& operator=(const IsaScope&) = delete;
-};
+using IsaScope = test::FusedIsaScope;
 
 // Exact equality of two results, reporting the worst differing elements of each output.
 void check_identical(const VariantResult& got, const VariantResult& want) {

@@ -10,12 +10,21 @@
 #else
 #define LSTM_HAVE_MXCSR 0
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define LSTM_HAVE_FPCR 1
+#else
+#define LSTM_HAVE_FPCR 0
+#endif
+// Whether this processor's floating-point control register (x86's MXCSR, AArch64's FPCR) is read
+// and set here: where not, ScopedFlushDenormals does nothing.
+#define LSTM_HAVE_FP_CONTROL (LSTM_HAVE_MXCSR || LSTM_HAVE_FPCR)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #endif
 
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -99,27 +108,51 @@ inline std::string isa_cap_note() {
            " caps what it may use)";
 }
 
+// The calling thread's floating-point control register and the bits of it that flush denormals
+// to zero: on x86 MXCSR's flush-to-zero (results, bit 15) and denormals-are-zero (inputs, bit 6);
+// on AArch64 FPCR's FZ (bit 24), which does both. `fp_control_mode_mask` leaves out the register's
+// sticky status flags (MXCSR's low six; FPCR has none: they live in FPSR).
+#if LSTM_HAVE_MXCSR
+using FpControl = unsigned;
+inline FpControl read_fp_control() { return _mm_getcsr(); }
+inline void write_fp_control(FpControl value) { _mm_setcsr(value); }
+constexpr FpControl kFlushDenormalBits = (1u << 15) | (1u << 6);
+constexpr FpControl fp_control_mode_mask = ~FpControl{0x3F};
+#elif LSTM_HAVE_FPCR
+using FpControl = uint64_t;
+inline FpControl read_fp_control() {
+    FpControl value;
+    asm volatile("mrs %0, fpcr" : "=r"(value));
+    return value;
+}
+inline void write_fp_control(FpControl value) { asm volatile("msr fpcr, %0" : : "r"(value)); }
+constexpr FpControl kFlushDenormalBits = FpControl{1} << 24;
+constexpr FpControl fp_control_mode_mask = ~FpControl{0};
+#endif
+
 // Sets flush-to-zero and denormals-are-zero on the calling thread for its lifetime and restores
 // the caller's setting after. Gradients that decay through a long sequence (a loss on the last
 // step only) sink into the denormal range, where x86 takes a microcode assist on every
 // arithmetic instruction that touches one: on Braun's CE-long backward that is several times
-// the whole step. Values below 1.2e-38 in float and 2.2e-308 in double (MXCSR rules both)
-// become zero, as TensorFlow's CPU kernels do by default. No-op where the MXCSR register does
-// not exist.
+// the whole step. Values below 1.2e-38 in float and 2.2e-308 in double (one register rules both)
+// become zero, as TensorFlow's CPU kernels do by default; ARM does the same, so the results are
+// those of x86. No-op where the control register is not known here.
 class ScopedFlushDenormals {
 public:
-#if LSTM_HAVE_MXCSR
-    ScopedFlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
-    ~ScopedFlushDenormals() { _mm_setcsr(saved_); }
+#if LSTM_HAVE_FP_CONTROL
+    ScopedFlushDenormals() : saved_(read_fp_control()) {
+        write_fp_control(saved_ | kFlushDenormalBits);
+    }
+    ~ScopedFlushDenormals() { write_fp_control(saved_); }
+#else
+    ScopedFlushDenormals() = default;
 #endif
     ScopedFlushDenormals(const ScopedFlushDenormals&) = delete;
     ScopedFlushDenormals& operator=(const ScopedFlushDenormals&) = delete;
 
+#if LSTM_HAVE_FP_CONTROL
 private:
-#if LSTM_HAVE_MXCSR
-    static constexpr unsigned kFtz = 1u << 15;  // results that would be denormal become 0
-    static constexpr unsigned kDaz = 1u << 6;   // denormal inputs read as 0
-    unsigned saved_;
+    FpControl saved_;
 #endif
 };
 

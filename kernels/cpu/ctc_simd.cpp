@@ -20,10 +20,8 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/ctc_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#if HWY_ARCH_X86
-#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr (FlushDenormals)
-#endif
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/ctc_simd.hpp"
 #include "kernels/cpu/simd.hpp"
 
@@ -531,22 +529,22 @@ constexpr double kOccupationTolerance = 1e-9;
 // (no overflow: each factor is below 4), which leaves them normal down to 1e-488.
 constexpr int kOccupationBoostExponent = 600;
 
-// Denormals flushed to zero (x86: MXCSR's FTZ and DAZ bits) while the scaled recursions run:
-// x86 cores take a microcode assist of about a hundred cycles on every denormal result, and states
-// far below their frame's sum produce them (small emissions times small alphas); their mass is
-// negligible or the occupation check catches it. The caller's mode comes back for each gradient
-// row (pause) and at the end, so float outputs keep their denormals as in the log-space passes.
+// Denormals flushed to zero (kFlushDenormalBits of kernels/cpu/cpu_features.hpp) while the scaled
+// recursions run: x86 cores take a microcode assist of about a hundred cycles on every denormal
+// result, and states far below their frame's sum produce them (small emissions times small alphas);
+// their mass is negligible or the occupation check catches it. The caller's mode comes back for
+// each gradient row (pause) and at the end, so float outputs keep their denormals as in the
+// log-space passes.
 class FlushDenormals {
 public:
-#if HWY_ARCH_X86
-    FlushDenormals() : saved_(_mm_getcsr()) { resume(); }
+#if LSTM_HAVE_FP_CONTROL
+    FlushDenormals() : saved_(read_fp_control()) { resume(); }
     ~FlushDenormals() { pause(); }
-    void pause() const { _mm_setcsr(saved_); }
-    void resume() const { _mm_setcsr(saved_ | kFtzDaz); }
+    void pause() const { write_fp_control(saved_); }
+    void resume() const { write_fp_control(saved_ | kFlushDenormalBits); }
 
 private:
-    static constexpr unsigned kFtzDaz = 0x8040;  // flush-to-zero (bit 15), denormals-are-zero (6)
-    unsigned saved_;
+    FpControl saved_;
 #else
     void pause() const {}
     void resume() const {}

@@ -19,8 +19,9 @@ lstm::cpu::FusedIsa fused_isa_from_environment() {
     if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return FusedIsa::automatic;
     if (std::strcmp(env, "avx512") == 0) return FusedIsa::avx512;
     if (std::strcmp(env, "avx2") == 0) return FusedIsa::avx2;
+    if (std::strcmp(env, "neon") == 0) return FusedIsa::neon;
     if (std::strcmp(env, "eigen") == 0) return FusedIsa::eigen;
-    fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, avx2, eigen");
+    fail("LSTM_FUSED_ISA = '", env, "' is not one of auto, avx512, avx2, neon, eigen");
 }
 
 namespace {

@@ -6,13 +6,13 @@
 namespace lstm::cpu {
 
 // Instruction set of the fused variant's float path.
-enum class FusedIsa { automatic, avx512, avx2, eigen };
+enum class FusedIsa { automatic, avx512, avx2, neon, eigen };
 
 }  // namespace lstm::cpu
 
 namespace lstm::kernels::cpu {
 
-// LSTM_FUSED_ISA: unset, empty or "auto" -> automatic; "avx512", "avx2", "eigen". Throws
+// LSTM_FUSED_ISA: unset, empty or "auto" -> automatic; "avx512", "avx2", "neon", "eigen". Throws
 // lstm::InvalidArgument naming the variable for anything else. Read at every call.
 lstm::cpu::FusedIsa fused_isa_from_environment();
 

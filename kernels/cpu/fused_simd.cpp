@@ -168,9 +168,11 @@ HWY_INLINE V exp_for_sigmoid(V x) {
 }
 
 // Whether Min and Max return a NaN operand: x86's min/max return their second operand when
-// either is NaN, which the clamps here pass as x, and NEON's propagate it; the emulated targets
-// drop it. Where they keep it, a NaN flows through the arithmetic to the result by itself.
-#if (HWY_ARCH_X86 || HWY_ARCH_ARM_A64) && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+// either is NaN, which the clamps here pass as x. Highway's NEON Min and Max on AArch64 are
+// IEEE minNum and maxNum (FMINNM, FMAXNM), which return the other operand, and the emulated
+// targets drop it too. Where they keep it, a NaN flows through the arithmetic to the result by
+// itself.
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
 constexpr bool kClampKeepsNaN = true;
 #else
 constexpr bool kClampKeepsNaN = false;
@@ -247,13 +249,13 @@ HWY_INLINE VecCellGrads cell_backward(const VecGates& a, V c_prev, V tanh_c, V d
     const V one = hn::Set(D(), 1.0f);
     const V tanh_grad_c = hn::NegMulAdd(tanh_c, tanh_c, one);
     const V dc_total = hn::Add(dc, hn::Mul(hn::Mul(dh, a.o), tanh_grad_c));
-    VecCellGrads out;
-    out.d_o = hn::Mul(hn::Mul(dh, tanh_c), hn::Mul(a.o, hn::Sub(one, a.o)));
-    out.di = hn::Mul(hn::Mul(dc_total, a.g), hn::Mul(a.i, hn::Sub(one, a.i)));
-    out.df = hn::Mul(hn::Mul(dc_total, c_prev), hn::Mul(a.f, hn::Sub(one, a.f)));
-    out.dg = hn::Mul(hn::Mul(dc_total, a.i), hn::NegMulAdd(a.g, a.g, one));
-    out.dc_prev = hn::Mul(dc_total, a.f);
-    return out;
+    // Built whole: the implicit default constructor of a struct of vectors gets no target
+    // attribute, and GCC then refuses to inline the NEON vectors' constructors into it.
+    const V d_o = hn::Mul(hn::Mul(dh, tanh_c), hn::Mul(a.o, hn::Sub(one, a.o)));
+    const V di = hn::Mul(hn::Mul(dc_total, a.g), hn::Mul(a.i, hn::Sub(one, a.i)));
+    const V df = hn::Mul(hn::Mul(dc_total, c_prev), hn::Mul(a.f, hn::Sub(one, a.f)));
+    const V dg = hn::Mul(hn::Mul(dc_total, a.i), hn::NegMulAdd(a.g, a.g, one));
+    return {di, df, dg, d_o, hn::Mul(dc_total, a.f)};
 }
 
 // ---- memory helpers ---------------------------------------------------------------------------
@@ -1030,6 +1032,8 @@ const SimdFusedOps* ops_or_best(int64_t target) {
 int64_t simd_fused_targets() { return compiled_targets() & supported_targets(); }
 
 int64_t simd_fused_avx2_target() { return ops_for(HWY_AVX2) ? HWY_AVX2 : 0; }
+
+int64_t simd_fused_neon_target() { return ops_for(HWY_NEON) ? HWY_NEON : 0; }
 
 int64_t simd_fused_avx512_target() {
     // AVX3 first: it is the target that was measured, and it runs on every AVX-512 CPU with BW,

@@ -2,11 +2,11 @@
 
 // The fused variant's SIMD kernel set, written once with Google Highway
 // (kernels/cpu/fused_simd.cpp, compiled into lstm_cpu for every instruction set Highway targets:
-// AVX-512, AVX2, SSE4 and an emulated 128-bit set on x86-64; NEON on ARM). The avx512 and avx2
-// paths of lstm/variants/fused.hpp are its AVX3 and AVX2 targets. Weights packed once per call into
-// 16-float strips (kernels/cpu/fused_cell.hpp), register-blocked micro-kernels with the LSTM gate
-// math in the epilogue, and the reserve layout of kernels/cpu/fused_cell.hpp, so a forward on one
-// kernel set and a backward on another agree.
+// AVX-512, AVX2, SSE4 and an emulated 128-bit set on x86-64; NEON on ARM). The avx512, avx2 and
+// neon paths of lstm/variants/fused.hpp are its AVX3, AVX2 and NEON targets. Weights packed once
+// per call into 16-float strips (kernels/cpu/fused_cell.hpp), register-blocked micro-kernels with
+// the LSTM gate math in the epilogue, and the reserve layout of kernels/cpu/fused_cell.hpp, so a
+// forward on one kernel set and a backward on another agree.
 //
 // Micro-tiles are chosen per target from its vector registers (N floats per vector, a 16-float
 // strip is 16/N vectors):
@@ -40,6 +40,10 @@ int64_t simd_fused_avx2_target();
 // Highway's bit for its AVX-512 target (F, BW, DQ and VL): AVX3, or AVX3_DL where lstm_cpu was
 // compiled for that as its baseline (then no AVX3 is compiled); 0 in builds without either.
 int64_t simd_fused_avx512_target();
+
+// Highway's bit for its NEON target (ARM's Advanced SIMD, which every 64-bit ARM processor has),
+// 0 in builds without it (not ARM).
+int64_t simd_fused_neon_target();
 
 // Whether the AVX2 target is compiled and this CPU runs it, whatever restriction is in place.
 bool simd_fused_runs_avx2();

@@ -20,23 +20,29 @@ int64_t target_bits() { return HWY_TARGET; }
 
 int64_t float_lanes() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
 
+// One FMA on each chain. The chains are separate variables, not an array: scalable vectors
+// (ARM's SVE) are sizeless types, which cannot be array elements.
+template <class V, class... Chains>
+HWY_INLINE void fma_each(V a, V b, Chains&... chain) {
+    ((chain = hn::MulAdd(chain, a, b)), ...);
+}
+
 int64_t fma_peak_chains(int64_t iterations) {
     const hn::ScalableTag<float> d;
     // 12 independent chains: FMA latency (4-5 cycles) times two FMA ports is at most 10 in flight,
     // and 12 accumulators plus 2 operands fit AVX2's 16 registers.
     constexpr int kChains = 12;
-    auto a = hn::Set(d, 0.999f), b = hn::Set(d, 1e-7f);
-    decltype(a) acc[kChains];
-#pragma GCC unroll 12
-    for (int j = 0; j < kChains; ++j) acc[j] = hn::Set(d, static_cast<float>(j));
-    // Unrolled so the chains live in registers, not in the array.
-    for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-        for (int j = 0; j < kChains; ++j) acc[j] = hn::MulAdd(acc[j], a, b);
-    }
+    const auto a = hn::Set(d, 0.999f), b = hn::Set(d, 1e-7f);
+    auto c0 = hn::Set(d, 0.0f), c1 = hn::Set(d, 1.0f), c2 = hn::Set(d, 2.0f), c3 = hn::Set(d, 3.0f),
+         c4 = hn::Set(d, 4.0f), c5 = hn::Set(d, 5.0f), c6 = hn::Set(d, 6.0f), c7 = hn::Set(d, 7.0f),
+         c8 = hn::Set(d, 8.0f), c9 = hn::Set(d, 9.0f), c10 = hn::Set(d, 10.0f),
+         c11 = hn::Set(d, 11.0f);
+    for (int64_t it = 0; it < iterations; ++it)
+        fma_each(a, b, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11);
     // Keeps the chains alive: the sum is returned through a volatile store.
-    auto sum = acc[0];
-    for (int j = 1; j < kChains; ++j) sum = hn::Add(sum, acc[j]);
+    const auto sum = hn::Add(hn::Add(hn::Add(hn::Add(c0, c1), hn::Add(c2, c3)),
+                                     hn::Add(hn::Add(c4, c5), hn::Add(c6, c7))),
+                             hn::Add(hn::Add(c8, c9), hn::Add(c10, c11)));
     volatile float sink = hn::GetLane(sum);
     (void)sink;
     return iterations * kChains * static_cast<int64_t>(hn::Lanes(d)) * 2;

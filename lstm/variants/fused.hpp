@@ -21,17 +21,18 @@
 // threads each thread runs one whole direction without a single barrier.
 //
 // Instruction sets (float only; double always takes the portable path):
-//  - avx512 and avx2: kernels/cpu/fused_simd.hpp, register-blocked GEMMs with the gate math in
-//    the epilogue, written once with Google Highway (in lstm_cpu) and held to one of its targets:
-//    AVX3 (needs AVX-512 F, BW, DQ and VL) or AVX2 (needs AVX2 with FMA), whatever else the CPU
-//    has. The kernel set is built with that target's functions per call, before the team starts,
-//    so an AVX-512 host on the avx2 path runs exactly what an AVX2-only one (AMD Zen 3) runs.
+//  - avx512, avx2 and neon: kernels/cpu/fused_simd.hpp, register-blocked GEMMs with the gate
+//    math in the epilogue, written once with Google Highway (in lstm_cpu) and held to one of its
+//    targets: AVX3 (needs AVX-512 F, BW, DQ and VL), AVX2 (needs AVX2 with FMA) or, on 64-bit
+//    ARM, NEON, whatever else the CPU has. The kernel set is built with that target's functions
+//    per call, before the team starts, so an AVX-512 host on the avx2 path runs exactly what an
+//    AVX2-only one (AMD Zen 3) runs.
 //  - eigen: the portable path, Eigen GEMMs (kernels/cpu/gemm.hpp) plus the scalar passes of
 //    kernels/cpu/fused_cell.hpp built on kernels/common/gates.hpp.
 // Which one runs: set_fused_isa() if called, else the environment variable LSTM_FUSED_ISA
-// (auto, avx512, avx2, eigen; read per call), else auto: avx512 where the CPU has AVX-512, else
-// avx2 where it has AVX2 and FMA, else eigen. All write the same reserve layout, so a forward on
-// one and a backward on another agree.
+// (auto, avx512, avx2, neon, eigen; read per call), else auto: the first SIMD path of
+// kSimdFusedIsas this CPU runs (avx512, avx2, neon), else eigen. All write the same reserve
+// layout, so a forward on one and a backward on another agree.
 //
 // Denormals: the team runs with flush-to-zero / denormals-are-zero (kernels/cpu/cpu_features.hpp,
 // restored when the call returns), so values below the smallest normal float read and come out
@@ -101,57 +102,18 @@ inline bool avx512_runs() {
     return kernels::cpu::cpu_has_avx512() && kernels::cpu::simd_fused_avx512_target() != 0;
 }
 
+// The neon path needs Highway's NEON target in lstm_cpu (ARM builds) and a CPU that runs it, as
+// every 64-bit ARM processor does.
+inline bool neon_runs() {
+    const int64_t neon = kernels::cpu::simd_fused_neon_target();
+    return neon != 0 && (kernels::cpu::simd_fused_targets() & neon) != 0;
+}
+
 }  // namespace fused_detail
 
-// Whether this CPU (and build) can run the fused variant's float path `isa`; automatic and
-// eigen always can.
-inline bool fused_isa_available(FusedIsa isa) {
-    switch (isa) {
-        case FusedIsa::avx512:
-            return fused_detail::avx512_runs();
-        case FusedIsa::avx2:
-            return fused_detail::avx2_runs();
-        case FusedIsa::automatic:
-        case FusedIsa::eigen:
-            return true;
-    }
-    return false;
-}
-
-// Forces the fused variant's float path (automatic: the environment, then the CPU decide).
-// Throws when avx512 or avx2 is asked for on a CPU or compiler without it. Affects calls that
-// start after it returns; safe to call from any thread.
-inline void set_fused_isa(FusedIsa isa) {
-    check(isa != FusedIsa::avx512 || fused_isa_available(isa),
-          "set_fused_isa(avx512): this CPU (or build) has no AVX-512 (F, BW, DQ and VL)",
-          kernels::cpu::isa_cap_note(), "; use eigen or automatic");
-    check(isa != FusedIsa::avx2 || fused_isa_available(isa),
-          "set_fused_isa(avx2): this CPU (or build) has no AVX2 with FMA",
-          kernels::cpu::isa_cap_note(), "; use eigen or automatic");
-    fused_detail::isa_override().store(static_cast<int>(isa));
-}
-
-// The instruction set the next float call of the fused variant uses: avx512, avx2 or eigen.
-inline FusedIsa fused_isa() {
-    FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
-    if (isa == FusedIsa::automatic) isa = kernels::cpu::fused_isa_from_environment();
-    if (isa == FusedIsa::avx512 && !fused_isa_available(isa))
-        fail_as<Unsupported>(
-            "LSTM_FUSED_ISA = avx512, but this CPU (or build) has no AVX-512 (F, BW, DQ and VL)",
-            kernels::cpu::isa_cap_note());
-    if (isa == FusedIsa::avx2 && !fused_isa_available(isa))
-        fail_as<Unsupported>("LSTM_FUSED_ISA = avx2, but this CPU (or build) has no AVX2 with FMA",
-                             kernels::cpu::isa_cap_note());
-    if (isa == FusedIsa::automatic) {
-        if (fused_isa_available(FusedIsa::avx512))
-            isa = FusedIsa::avx512;
-        else if (fused_isa_available(FusedIsa::avx2))
-            isa = FusedIsa::avx2;
-        else
-            isa = FusedIsa::eigen;
-    }
-    return isa;
-}
+// The SIMD paths, widest first: automatic takes the first one this CPU runs, and the tests and
+// the bench iterate them, so a path added here is chosen, tested and reported.
+inline constexpr FusedIsa kSimdFusedIsas[] = {FusedIsa::avx512, FusedIsa::avx2, FusedIsa::neon};
 
 inline const char* fused_isa_name(FusedIsa isa) {
     switch (isa) {
@@ -161,10 +123,86 @@ inline const char* fused_isa_name(FusedIsa isa) {
             return "avx512";
         case FusedIsa::avx2:
             return "avx2";
+        case FusedIsa::neon:
+            return "neon";
         case FusedIsa::eigen:
             return "eigen";
     }
     return "?";
+}
+
+// What the SIMD path `isa` needs of the CPU, as messages say it ("" for the others).
+inline const char* fused_isa_needs(FusedIsa isa) {
+    switch (isa) {
+        case FusedIsa::avx512:
+            return "AVX-512 (F, BW, DQ and VL)";
+        case FusedIsa::avx2:
+            return "AVX2 with FMA";
+        case FusedIsa::neon:
+            return "ARM NEON (a 64-bit ARM build and processor)";
+        case FusedIsa::automatic:
+        case FusedIsa::eigen:
+            break;
+    }
+    return "";
+}
+
+// The Highway target (kernels/cpu/fused_simd.hpp) that runs the SIMD path `isa`; 0 for the
+// others, or where this build has no such target.
+inline int64_t fused_isa_target(FusedIsa isa) {
+    switch (isa) {
+        case FusedIsa::avx512:
+            return kernels::cpu::simd_fused_avx512_target();
+        case FusedIsa::avx2:
+            return kernels::cpu::simd_fused_avx2_target();
+        case FusedIsa::neon:
+            return kernels::cpu::simd_fused_neon_target();
+        case FusedIsa::automatic:
+        case FusedIsa::eigen:
+            break;
+    }
+    return 0;
+}
+
+// Whether this CPU (and build) can run the fused variant's float path `isa`; automatic and
+// eigen always can.
+inline bool fused_isa_available(FusedIsa isa) {
+    switch (isa) {
+        case FusedIsa::avx512:
+            return fused_detail::avx512_runs();
+        case FusedIsa::avx2:
+            return fused_detail::avx2_runs();
+        case FusedIsa::neon:
+            return fused_detail::neon_runs();
+        case FusedIsa::automatic:
+        case FusedIsa::eigen:
+            return true;
+    }
+    return false;
+}
+
+// Forces the fused variant's float path (automatic: the environment, then the CPU decide).
+// Throws when a SIMD path is asked for on a CPU or build without it. Affects calls that start
+// after it returns; safe to call from any thread.
+inline void set_fused_isa(FusedIsa isa) {
+    check(fused_isa_available(isa), "set_fused_isa(", fused_isa_name(isa),
+          "): this CPU (or build) has no ", fused_isa_needs(isa), kernels::cpu::isa_cap_note(),
+          "; use eigen or automatic");
+    fused_detail::isa_override().store(static_cast<int>(isa));
+}
+
+// The instruction set the next float call of the fused variant uses: a SIMD path or eigen.
+inline FusedIsa fused_isa() {
+    FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
+    if (isa == FusedIsa::automatic) isa = kernels::cpu::fused_isa_from_environment();
+    if (!fused_isa_available(isa))
+        fail_as<Unsupported>("LSTM_FUSED_ISA = ", fused_isa_name(isa),
+                             ", but this CPU (or build) has no ", fused_isa_needs(isa),
+                             kernels::cpu::isa_cap_note());
+    if (isa != FusedIsa::automatic) return isa;
+    for (FusedIsa simd : kSimdFusedIsas)
+        if (fused_isa_available(simd)) return simd;
+    return FusedIsa::eigen;
 }
 
 namespace fused_detail {
@@ -179,7 +217,7 @@ using kernels::cpu::RowRun;
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // The Highway kernel set held to the target target_bit() names, on any CPU that runs it (the
-// avx512 and avx2 paths; FusedLoop takes a kernel set constructed from the layout and buffers).
+// SIMD paths; FusedLoop takes a kernel set constructed from the layout and buffers).
 template <int64_t (*target_bit)()>
 class HeldSimdKernels : public kernels::cpu::SimdFusedKernels {
 public:
@@ -188,6 +226,7 @@ public:
 };
 using Avx512FusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_avx512_target>;
 using Avx2FusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_avx2_target>;
+using NeonFusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_neon_target>;
 
 // Row stride of the sorted layer-0 input: padded to whole vectors, so AVX-512 loads of a row
 // never straddle into the next one and every row starts aligned.
@@ -1062,6 +1101,8 @@ private:
                 return run(loop<float, fused_detail::Avx512FusedKernels>(c, x));
             case FusedIsa::avx2:
                 return run(loop<float, fused_detail::Avx2FusedKernels>(c, x));
+            case FusedIsa::neon:
+                return run(loop<float, fused_detail::NeonFusedKernels>(c, x));
             default:
                 return run(loop<float, kernels::cpu::PortableFusedKernels<float>>(c, x));
         }

@@ -26,55 +26,11 @@ if(NOT QEMU)
     return()
 endif()
 
-set(build ${WORK_DIR}/build)
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 # Only the files of the cases run below (a third of the suite's compile time).
-set(test_files fused_test.cpp onednn_test.cpp isa_cap_test.cpp host_info_test.cpp ctc_test.cpp
+build_for_emulation(portable OPTIONS -DLSTM_NATIVE_ARCH=OFF
+    FILES fused_test.cpp onednn_test.cpp isa_cap_test.cpp host_info_test.cpp ctc_test.cpp
     ctc_decode_test.cpp ctc_head_test.cpp variants_test.cpp)
-include(${CMAKE_CURRENT_LIST_DIR}/../run_step.cmake)
-# Not through run_step, whose argument list would split the file list at its semicolons.
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${build} -G "${GENERATOR}"
-    -DCMAKE_BUILD_TYPE=Release -DLSTM_NATIVE_ARCH=OFF -DLSTM_CUDA=OFF -DLSTM_MPI=OFF
-    -DLSTM_BUILD_BENCH=OFF -DLSTM_BUILD_EXAMPLES=OFF -DLSTM_INSTALL=OFF
-    "-DLSTM_TEST_FILES=${test_files}" RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "configuring the portable build failed (${rc})")
-endif()
-run_step(${CMAKE_COMMAND} --build ${build} --target lstm_tests lstm_tool)
-
-# Runs <command> under QEMU as CPU model <cpu>; fails naming both unless it exits 0 and its output
-# matches every regex after EXPECT. QEMU's warnings about CPUID bits its translator lacks (which
-# the program then sees as absent) are left out of what is shown.
-function(run_as cpu)
-    cmake_parse_arguments(arg "" "" "COMMAND;EXPECT" ${ARGN})
-    execute_process(COMMAND ${QEMU} -cpu ${cpu} ${arg_COMMAND}
-        RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    string(REGEX REPLACE "qemu-x86_64: warning: TCG doesn't support requested feature[^\n]*\n" ""
-        all "${out}${err}")
-    list(GET arg_COMMAND 0 program)
-    list(SUBLIST arg_COMMAND 1 -1 args)
-    get_filename_component(program ${program} NAME)
-    string(REPLACE ";" " " shown_command "${program} ${args}")
-    set(problem "")
-    if(NOT rc EQUAL 0)
-        set(problem "exit code ${rc}")
-    endif()
-    foreach(regex ${arg_EXPECT})
-        if(NOT problem AND NOT all MATCHES "${regex}")
-            set(problem "the output does not match '${regex}'")
-        endif()
-    endforeach()
-    if(problem)
-        # Shown without the skip marker of the cases it ran, which would turn the failure into a
-        # skip (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt).
-        string(REPLACE "LSTM_TEST_SKIPPED:" "skipped:" shown "${all}")
-        message("${shown}")
-        message(FATAL_ERROR "as ${cpu}: ${shown_command}: ${problem}")
-    endif()
-    message(STATUS "as ${cpu}: ${shown_command}: passed")
-endfunction()
-
-set(tests ${build}/tests/lstm_tests)
-set(tool ${build}/tools/lstm_tool)
 
 # The cases: every CPU-specific path and how it is chosen (fused, onednn, the CTC kernel, the
 # instruction-set cap and the host report). Left out for time: fused's 32000-frame case (1.8
