@@ -347,10 +347,10 @@ TEST_CASE("fused: weight and bias gradients summed over 32000 frames stay accura
     }
 }
 
-TEST_CASE("fused: the avx512 and avx2 paths give the same bits for any thread count", "[fused]") {
+TEST_CASE("fused: the SIMD paths give the same bits for any thread count", "[fused]") {
     if (ordered_isas().empty()) {
-        LSTM_SKIP("no AVX2 or AVX-512 on this CPU" << kernels::cpu::isa_cap_note()
-                                                   << ": the guarantee is the SIMD paths'");
+        LSTM_SKIP("no SIMD path (AVX-512, AVX2, NEON) on this CPU"
+                  << kernels::cpu::isa_cap_note() << ": the guarantee is the SIMD paths'");
     }
     // Every output element is summed in the same order whatever the split of blocks, rows and
     // steps among threads, so 1, 2, 3, 4, 5 and 6 threads (5 > blocks of a layer here) agree

@@ -112,7 +112,7 @@ inline bool neon_runs() {
 }  // namespace fused_detail
 
 // The SIMD paths, widest first: automatic takes the first one this CPU runs, and the tests and
-// the bench iterate them, so a path added here is chosen, tested and reported.
+// `lstm_tool info` iterate them, so a path added here is chosen, tested and reported.
 inline constexpr FusedIsa kSimdFusedIsas[] = {FusedIsa::avx512, FusedIsa::avx2, FusedIsa::neon};
 
 inline const char* fused_isa_name(FusedIsa isa) {
