@@ -216,17 +216,14 @@ using kernels::cpu::RowRun;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// The Highway kernel set held to the target target_bit() names, on any CPU that runs it (the
-// SIMD paths; FusedLoop takes a kernel set constructed from the layout and buffers).
-template <int64_t (*target_bit)()>
+// The Highway kernel set held to the target of the SIMD path `isa` (fused_isa_target), on any
+// CPU that runs it; FusedLoop takes a kernel set constructed from the layout and buffers.
+template <FusedIsa isa>
 class HeldSimdKernels : public kernels::cpu::SimdFusedKernels {
 public:
     HeldSimdKernels(const FusedLayout& lay, const FusedBuffers<float>& buf)
-        : SimdFusedKernels(lay, buf, target_bit()) {}
+        : SimdFusedKernels(lay, buf, fused_isa_target(isa)) {}
 };
-using Avx512FusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_avx512_target>;
-using Avx2FusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_avx2_target>;
-using NeonFusedKernels = HeldSimdKernels<kernels::cpu::simd_fused_neon_target>;
 
 // Row stride of the sorted layer-0 input: padded to whole vectors, so AVX-512 loads of a row
 // never straddle into the next one and every row starts aligned.
@@ -1098,11 +1095,11 @@ private:
     static void with_fastest_loop(const Config& c, const TensorView<const float>& x, Run&& run) {
         switch (fused_isa()) {
             case FusedIsa::avx512:
-                return run(loop<float, fused_detail::Avx512FusedKernels>(c, x));
+                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::avx512>>(c, x));
             case FusedIsa::avx2:
-                return run(loop<float, fused_detail::Avx2FusedKernels>(c, x));
+                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::avx2>>(c, x));
             case FusedIsa::neon:
-                return run(loop<float, fused_detail::NeonFusedKernels>(c, x));
+                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::neon>>(c, x));
             default:
                 return run(loop<float, kernels::cpu::PortableFusedKernels<float>>(c, x));
         }
