@@ -1,5 +1,5 @@
 # lstm_variants: the registry and every variant's host code (lstm/registry.cpp), the report of
-# the paths they take (lstm/host_info.cpp), the safetensors reader and writer (lstm/io/safetensors.cpp) and the float and double instances of
+# the paths they take (lstm/host_info.cpp), the safetensors reader and writer (lstm/io/safetensors.cpp, safetensors_write.cpp) and the float and double instances of
 # Lstm, the dense layer, the optimizers and SequenceModel (lstm/templates.cpp), compiled once in
 # the library instead of in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
 # (lstm/variant.hpp), and the kernels run at the speed this build gives them, whatever flags the
@@ -16,6 +16,7 @@ file(GLOB LSTM_NATIVE_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cp
 lstm_static_part(lstm_variants lstm_variants ${PROJECT_SOURCE_DIR}/lstm/registry.cpp
     ${PROJECT_SOURCE_DIR}/lstm/host_info.cpp
     ${PROJECT_SOURCE_DIR}/lstm/io/safetensors.cpp
+    ${PROJECT_SOURCE_DIR}/lstm/io/safetensors_write.cpp
     ${PROJECT_SOURCE_DIR}/lstm/templates.cpp
     ${LSTM_NATIVE_SOURCES})
 # Adam's square root: with errno left alone it vectorises (kernels/cpu/native/optim.cpp).

@@ -1,8 +1,8 @@
 // A complete training program: variable-length sequences -> padded, length-bucketed batches ->
 // an LSTM classifier trained with AdamW, a warm-up + cosine learning-rate schedule and gradient
-// clipping -> held-out accuracy -> an exact checkpoint, resumed. docs/training.md walks through
-// it. Built with the project (examples/CMakeLists.txt); ctest runs it as
-// `example_train_classifier`.
+// clipping -> held-out accuracy -> an exact checkpoint taken mid-epoch, resumed with the
+// sampler's place in the data. docs/training.md walks through it. Built with the project
+// (examples/CMakeLists.txt); ctest runs it as `example_train_classifier`.
 //
 // The task: each sequence (3 features, 4 to 16 frames) is labelled by the sign of its FIRST
 // frame's first feature, while the head reads the LAST valid frame: the network must carry that
@@ -24,6 +24,7 @@
 #include "lstm/nn/clip.hpp"
 #include "lstm/nn/model.hpp"
 #include "lstm/nn/predict.hpp"
+#include "lstm/nn/sampler.hpp"
 #include "lstm/nn/schedule.hpp"
 #include "lstm/registry.hpp"
 #include "tools/parse_int.hpp"
@@ -59,20 +60,24 @@ std::vector<int64_t> pick(const std::vector<int64_t>& values, const std::vector<
     return out;
 }
 
-// One epoch over `data` in length buckets (shuffled by `epoch`), from optimizer step `step` on;
-// returns the next step.
-int64_t train_epoch(lstm::nn::SequenceModel<float>& model, const Dataset& data,
-                    const lstm::nn::WarmupCosineLr& schedule, int64_t epoch, int64_t step) {
-    for (const auto& idx : lstm::nn::bucket_by_length(data.lengths, kBatch, 1000 + epoch)) {
+// The sampler of the run: length buckets of `data`, reshuffled every epoch.
+lstm::nn::BatchSampler make_sampler(const Dataset& data) {
+    return lstm::nn::BatchSampler::by_length(data.lengths, kBatch, /*seed=*/1000);
+}
+
+// Trains on the sampler's batches until `until` optimizer steps are done in all. The step count is
+// the optimizer's (restored by a checkpoint), and the schedule's position with it.
+void train_until(lstm::nn::SequenceModel<float>& model, lstm::nn::BatchSampler& sampler,
+                 const Dataset& data, const lstm::nn::WarmupCosineLr& schedule, int64_t until) {
+    for (int64_t step = model.optimizer().steps(0); step < until; ++step) {
+        const std::vector<int64_t>& idx = sampler.next();
         const auto batch = lstm::nn::pad_sequences(data.sequences, kFeatures, idx);
         const auto targets = pick(data.labels, idx);
         model.optimizer().set_lr(schedule.lr(step));
         model.compute_gradients(batch.view(), batch.lengths, targets);
-        lstm::nn::clip_grad_norm<float>({model.lstm().gradients(), model.dense().gradients()}, 1.0);
+        lstm::nn::clip_grad_norm(model, 1.0);
         model.optimizer().step();
-        ++step;
     }
-    return step;
 }
 
 double held_out_accuracy(lstm::nn::SequenceModel<float>& model, const Dataset& test) {
@@ -152,22 +157,23 @@ int main(int argc, char** argv) {
         std::printf("variant %s, %lld epochs of %lld steps, %d threads\n", variant.c_str(),
                     static_cast<long long>(epochs), static_cast<long long>(steps_per_epoch),
                     lstm::num_threads());
-        int64_t step = 0;
-        const int64_t half = epochs / 2;
-        for (int64_t e = 0; e < half; ++e) step = train_epoch(model, train, schedule, e, step);
-        // A checkpoint halfway; the run continues, and a second model resumes from the file.
-        lstm::io::save_checkpoint("train_classifier.ckpt.safetensors", model);
-        for (int64_t e = half; e < epochs; ++e) {
-            step = train_epoch(model, train, schedule, e, step);
-            std::printf("epoch %lld: held-out accuracy %.4f\n", static_cast<long long>(e + 1),
+        lstm::nn::BatchSampler sampler = make_sampler(train);
+        // A checkpoint in the middle of an epoch halfway through; the run continues, and a second
+        // model resumes from the file, with the sampler's place in the data.
+        const int64_t total = epochs * steps_per_epoch, middle = total / 2 + steps_per_epoch / 3;
+        train_until(model, sampler, train, schedule, middle);
+        lstm::io::save_checkpoint("train_classifier.ckpt.safetensors", model, sampler);
+        while (sampler.epoch() < epochs) {
+            const int64_t epoch = sampler.epoch();
+            train_until(model, sampler, train, schedule, (epoch + 1) * steps_per_epoch);
+            std::printf("epoch %lld: held-out accuracy %.4f\n", static_cast<long long>(epoch + 1),
                         held_out_accuracy(model, test));
         }
 
         lstm::nn::SequenceModel<float> resumed(config, variant, lstm::Device::cpu, /*seed=*/0);
-        lstm::io::load_checkpoint("train_classifier.ckpt.safetensors", resumed);
-        int64_t resumed_step = resumed.optimizer().steps(0);
-        for (int64_t e = half; e < epochs; ++e)
-            resumed_step = train_epoch(resumed, train, schedule, e, resumed_step);
+        lstm::nn::BatchSampler resumed_sampler = make_sampler(train);
+        lstm::io::load_checkpoint("train_classifier.ckpt.safetensors", resumed, resumed_sampler);
+        train_until(resumed, resumed_sampler, train, schedule, total);
 
         const double accuracy = held_out_accuracy(model, test);
         const bool identical = parameters(resumed) == parameters(model);

@@ -1,7 +1,9 @@
 #pragma once
 
 // lstm::Buffer: an owning byte buffer on the host or on a CUDA device, so that code written once
-// (the layer, the bench, the tool) runs every registered variant in its own memory space.
+// (the layer, the bench, the tool) runs every registered variant in its own memory space. Host
+// storage counts towards the library's host memory budget (lstm/memory.hpp) while it is held;
+// device storage does not.
 
 #include <cstddef>
 #include <cstring>
@@ -51,7 +53,9 @@ public:
     Buffer& operator=(const Buffer&) = delete;
 
     // Grows to at least `bytes` (contents are lost when it grows); never shrinks, so repeated
-    // steps of the same or smaller size allocate nothing. Returns data().
+    // steps of the same or smaller size allocate nothing. Returns data(). A refused or failed
+    // growth of host storage throws lstm::OutOfMemory and keeps the storage and contents as they
+    // were.
     void* reserve(size_t bytes) {
         if (bytes <= size_) return data();
         if (device_ == Device::cpu) {

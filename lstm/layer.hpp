@@ -109,6 +109,17 @@ public:
         params_.copy_from(host.data, Device::cpu, bytes_of(count()), context_);
         trained_ = false;
     }
+    // The same for elements [offset, offset + host.size) of the parameters only (host.size
+    // values from host memory; overwrites), so that a checkpoint is loaded a piece at a time
+    // without a host copy of the whole buffer.
+    void load_parameters(Span<const T> host, int64_t offset) {
+        check(offset >= 0 && host.size >= 0 && host.size <= count() - offset,
+              "Lstm::load_parameters: elements [", offset, ", ", offset + host.size,
+              ") are not within the ", count(), " parameters");
+        Buffer::copy(params_.template as<T>() + offset, device_, host.data, Device::cpu,
+                     bytes_of(host.size), context_);
+        trained_ = false;
+    }
     void store_parameters(Span<T> host) const {
         check_host_count("store_parameters", host.size);
         params_.copy_to(host.data, Device::cpu, bytes_of(count()), context_);
@@ -190,31 +201,13 @@ public:
         const bool bf = batch_major();
         check_layer_tensor(dy, "dy", seq_len, batch, out, bf);
         check_states(dhn, dcn, "dhn", "dcn", batch);
-        const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
-        const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
         if (batch == 0) {  // after run_without_sequences: nothing to add, dx without elements
             trained_ = false;
             if (!compute_dx) return TensorView<const T>();
             return bf ? TensorView<const T>(dx_.template as<T>(), {0, seq_len, in}, device_)
                       : TensorView<const T>(dx_.template as<T>(), {seq_len, 0, in}, device_);
         }
-        if (device_ == Device::cpu)
-            MemoryRequest()
-                .add("dx", compute_dx ? bytes_of({seq_len, batch, in}) : 0, dx_.size())
-                .add("dh0", bytes_of({h_elems}), dh0_.size())
-                .add("dc0", bytes_of({c_elems}), dc0_.size())
-                .add("dy (time-major copy)", bf ? bytes_of({seq_len, batch, out}) : 0,
-                     dy_tm_.size())
-                .add("dx (batch-first copy)", bf && compute_dx ? bytes_of({seq_len, batch, in}) : 0,
-                     dx_bf_.size())
-                .add("layer gradients", staged_ ? bytes_of({2, seq_len, batch, out}) : 0,
-                     d_mid_.size())
-                .check([&] { return describe("Lstm::backward", seq_len, batch); });
-        // Without dx the variants get an empty view and write none, so no buffer is sized for it
-        // (a model's first layer never wants it: 15 MiB on Braun's CE-long shape).
-        if (compute_dx) dx_.reserve(bytes_of(seq_len * batch * in));
-        dh0_.reserve(bytes_of(h_elems));
-        dc0_.reserve(bytes_of(c_elems));
+        reserve_backward_buffers(compute_dx);
         TensorView<const T> dy_run = dy;
         if (bf) {
             T* dst = static_cast<T*>(dy_tm_.reserve(bytes_of(seq_len * batch * out)));
@@ -235,6 +228,17 @@ public:
         T* dst = static_cast<T*>(dx_bf_.reserve(bytes_of(seq_len * batch * in)));
         detail::swap_leading_dims(device_, context_, seq_len, batch, in, dx.data(), dst);
         return TensorView<const T>(dst, {batch, seq_len, in}, device_);
+    }
+
+    // Sizes (and checks against the memory limit) every buffer the backward() of the last
+    // training forward will write, without computing anything: a caller that must not change
+    // any state when memory runs out (SequenceModel's step) asks before it zeroes gradients.
+    // backward() does the same itself; after this call its request adds nothing.
+    void reserve_backward(bool compute_dx = true) {
+        check(trained_,
+              "Lstm::reserve_backward needs a training forward() since the last "
+              "backward()");
+        if (batch_ > 0) reserve_backward_buffers(compute_dx);
     }
 
     TensorView<const T> dh0() const { return h_state_view(dh0_); }  // as hn()
@@ -318,6 +322,7 @@ private:
                 .add("gradients", bytes_of({count()}))
                 .check([&] { return "Lstm (" + std::to_string(count()) + " parameters)"; });
         layer_reserve_offset_.assign(static_cast<size_t>(config_.num_layers), 0);
+        next_reserve_offset_.assign(static_cast<size_t>(config_.num_layers), 0);
         params_.reserve(bytes_of(count()));
         grads_.reserve(bytes_of(count()));
         zero_grad();
@@ -371,16 +376,17 @@ private:
         // Per-layer calls (dropout, or the layer-gradients hook): the largest layer's workspace,
         // every layer's reserve back to back, each from a 64-byte boundary as the variants carve
         // from one.
-        workspace_need_ = 0;
-        reserve_need_ = 0;
+        // Into locals and a spare offset table first: a refused forward must leave the last
+        // forward's bookkeeping as it was, since its backward() may still come.
+        size_t workspace_need = 0, reserve_need = 0;
         for (int64_t l = 0; l < (staged ? layers : 1); ++l) {
             const Config cl = staged ? core_.single_layer(l) : core_;
-            workspace_need_ =
-                std::max(workspace_need_, variant_->workspace_bytes(cl, dtype, seq_len, batch));
-            layer_reserve_offset_[static_cast<size_t>(l)] = reserve_need_;
+            workspace_need =
+                std::max(workspace_need, variant_->workspace_bytes(cl, dtype, seq_len, batch));
+            next_reserve_offset_[static_cast<size_t>(l)] = reserve_need;
             if (training) {
                 const size_t bytes = variant_->reserve_bytes(cl, dtype, seq_len, batch);
-                reserve_need_ += staged ? round_up(bytes, kReserveAlign) : bytes;
+                reserve_need += staged ? round_up(bytes, kReserveAlign) : bytes;
             }
         }
         const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
@@ -390,8 +396,8 @@ private:
                 .add("y", bytes_of({seq_len, batch, out}), y_.size())
                 .add("hn", bytes_of({h_elems}), hn_.size())
                 .add("cn", bytes_of({c_elems}), cn_.size())
-                .add("workspace", workspace_need_, workspace_.size())
-                .add("reserve", reserve_need_, reserve_.size())
+                .add("workspace", workspace_need, workspace_.size())
+                .add("reserve", reserve_need, reserve_.size())
                 .add("x (time-major copy)", bf ? bytes_of({seq_len, batch, in}) : 0, x_tm_.size())
                 .add("y (batch-first copy)", bf ? bytes_of({seq_len, batch, out}) : 0, y_bf_.size())
                 .add("layer stages",
@@ -403,8 +409,8 @@ private:
         y_.reserve(bytes_of(seq_len * batch * out));
         hn_.reserve(bytes_of(h_elems));
         cn_.reserve(bytes_of(c_elems));
-        workspace_.reserve(workspace_need_);
-        reserve_.reserve(reserve_need_);
+        workspace_.reserve(workspace_need);
+        reserve_.reserve(reserve_need);
         TensorView<const T> x_run = x;
         if (bf) {
             T* dst = static_cast<T*>(x_tm_.reserve(bytes_of(seq_len * batch * in)));
@@ -415,6 +421,9 @@ private:
         staged_ = false;
         dropped_ = false;
         unbatched_ = unbatched;
+        workspace_need_ = workspace_need;
+        reserve_need_ = reserve_need;
+        layer_reserve_offset_.swap(next_reserve_offset_);
         x_ = x_run;
         lengths_.assign(lengths.begin(), lengths.end());
         h0_ = h0;
@@ -558,6 +567,35 @@ private:
               "Lstm::backward: x, h0 or c0 changed since forward() (their contents differ from "
               "what forward read). The layer keeps views of them, not copies: keep them alive and "
               "unchanged until backward() (a buffer freed and reused in between shows up here)");
+    }
+
+    // The backward buffers of the last training forward's shape, checked as one request first.
+    void reserve_backward_buffers(bool compute_dx) {
+        const int64_t seq_len = x_.size(0), batch = x_.size(1);
+        const int64_t in = config_.input_size, out = config_.output_size();
+        const bool bf = batch_major();
+        const int64_t h_elems = config_.num_cells() * batch * config_.state_size();
+        const int64_t c_elems = config_.num_cells() * batch * config_.hidden_size;
+        if (device_ == Device::cpu)
+            MemoryRequest()
+                .add("dx", compute_dx ? bytes_of({seq_len, batch, in}) : 0, dx_.size())
+                .add("dh0", bytes_of({h_elems}), dh0_.size())
+                .add("dc0", bytes_of({c_elems}), dc0_.size())
+                .add("dy (time-major copy)", bf ? bytes_of({seq_len, batch, out}) : 0,
+                     dy_tm_.size())
+                .add("dx (batch-first copy)", bf && compute_dx ? bytes_of({seq_len, batch, in}) : 0,
+                     dx_bf_.size())
+                .add("layer gradients", staged_ ? bytes_of({2, seq_len, batch, out}) : 0,
+                     d_mid_.size())
+                .check([&] { return describe("Lstm::backward", seq_len, batch); });
+        // Without dx the variants get an empty view and write none, so no buffer is sized for it
+        // (a model's first layer never wants it: 15 MiB on Braun's CE-long shape).
+        if (compute_dx) dx_.reserve(bytes_of(seq_len * batch * in));
+        dh0_.reserve(bytes_of(h_elems));
+        dc0_.reserve(bytes_of(c_elems));
+        if (bf) dy_tm_.reserve(bytes_of(seq_len * batch * out));
+        if (bf && compute_dx) dx_bf_.reserve(bytes_of(seq_len * batch * in));
+        if (staged_) d_mid_.reserve(bytes_of(2 * seq_len * batch * out));
     }
 
     // What stages_ holds per layer below the top, each (T, N, D*S): the layer's own output, and
@@ -705,6 +743,7 @@ private:
     Buffer stages_, d_mid_;  // per-layer calls: outputs (and dropout masks), their gradients
     std::vector<int64_t> lengths_;
     std::vector<size_t> layer_reserve_offset_;  // L entries, sized once by the constructor
+    std::vector<size_t> next_reserve_offset_;   // the same, filled by a forward before it commits
     size_t workspace_need_ = 0, reserve_need_ = 0;
     TensorView<const T> x_, h0_, c0_;  // time-major x (the caller's or x_tm_) and the states
     TensorView<T> y_view_;             // time-major y in y_

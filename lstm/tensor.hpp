@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "lstm/error.hpp"
 
@@ -37,6 +38,12 @@ struct Span {
     Span(T* d, int64_t n) : data(d), size(n) {}
     template <typename Container, typename = decltype(std::declval<Container&>().data() + 0)>
     Span(Container& c) : data(c.data()), size(static_cast<int64_t>(c.size())) {}  // NOLINT
+    // A read-only span also binds a const or temporary container, as std::span<const T> and
+    // string_view do, so `accuracy(argmax_classes(scores), targets)` compiles; like them it must
+    // not outlive the container (a temporary dies at the end of the full expression).
+    template <typename Container, typename U = T, typename = std::enable_if_t<std::is_const_v<U>>,
+              typename = decltype(std::declval<const Container&>().data() + 0)>
+    Span(const Container& c) : data(c.data()), size(static_cast<int64_t>(c.size())) {}  // NOLINT
 
     bool empty() const { return size == 0; }
     T& operator[](int64_t i) const { return data[i]; }

@@ -28,13 +28,18 @@
 #
 # Exit status: 0 only when every case passed, memcheck found nothing and no benchmark errored;
 # 2 when the build failed; 3 when cuDNN was not found; 1 otherwise (a case skipped for want of a
-# device counts as not verified).
+# device counts as not verified). With LSTM_GPU_CHECK_REHEARSAL=1 (scripts/gpu-check-rehearsal.sh,
+# no GPU) a skipped case is the expected outcome: 0 when every case was skipped or passed.
+#
+# Each case's result is written whole before the collector can see it (scripts/gpu_check_lib.sh:
+# written under a temporary name, then renamed), so cases that end at the same moment are each
+# reported once, with their real exit status.
 #
 # Environment (defaults in brackets): LSTM_GPU_DEPS [.gpu-deps], CUDNN_ROOT, NCCL_ROOT,
 # LSTM_GPU_CHECK_BUDGET [420 s; 240 with --quick], LSTM_GPU_CHECK_BUILD_LIMIT [220 s],
 # LSTM_GPU_CHECK_CASE_LIMIT [90 s per case], LSTM_GPU_CHECK_PARALLEL [cases at once: 8 on 16 or
 # more cores, else 4], LSTM_GPU_CHECK_MIN_TIME [0.05 s per benchmark case],
-# LSTM_GPU_CHECK_BENCH_FILTER, CMAKE_CUDA_ARCHITECTURES [90].
+# LSTM_GPU_CHECK_BENCH_FILTER, CMAKE_CUDA_ARCHITECTURES [90], LSTM_GPU_CHECK_REHEARSAL [0].
 
 set -u -o pipefail
 
@@ -86,9 +91,11 @@ end_phase() {
     printf '%s\t%d\t%s\n' "$1" "$seconds" "$2" >> "$phases"
     echo "-- $1: $2 ($seconds s)"
 }
+summary_args=()
+[ "${LSTM_GPU_CHECK_REHEARSAL:-0}" = 1 ] && summary_args=(--rehearsal)
 summarize() {
     python3 "$root/scripts/gpu_check_summary.py" --out "$out" --phases "$phases" \
-        --info "$work/info.txt" > "$summary"
+        --info "$work/info.txt" "${summary_args[@]}" > "$summary"
     local rc=$?
     cat "$summary"
     return $rc
@@ -197,92 +204,11 @@ end_phase build "ok"
 
 # ---------------------------------------------------------------------------------------------
 exe="$build/tests/lstm_gpu_tests"
-# Catch2 test-spec characters in a name (",[]\"*~\\") are escaped so that the name matches itself.
-escape_name() { printf '%s' "$1" | sed 's/[][\\,"*~]/\\&/g'; }
-# A case in its own process: `run_case INDEX NAME LIMIT LOG-PREFIX [wrapper...]` writes
-# PREFIX.INDEX.log and PREFIX.INDEX.rc.
-run_case() {
-    local index=$1 name=$2 limit=$3 prefix=$4
-    shift 4
-    local t0=$SECONDS
-    timeout -k 5 "$limit" "$@" "$exe" "$(escape_name "$name")" > "$prefix.$index.log" 2>&1
-    printf '%d %d\n' $? $((SECONDS - t0)) > "$prefix.$index.rc"
-}
-# exit status, log -> one word: passed, failed, crashed, timed_out, skipped, memcheck_errors
-# (compute-sanitizer's --error-exitcode below).
-classify() {
-    local rc=$1 log=$2
-    case "$rc" in
-        0) if grep -q "No test cases matched" "$log"; then echo failed; else echo passed; fi ;;
-        77) echo skipped ;;
-        99) if grep -q "ERROR SUMMARY" "$log"; then echo memcheck_errors; else echo failed; fi ;;
-        124 | 137) echo timed_out ;;
-        *) if [ "$rc" -gt 128 ]; then echo crashed; else echo failed; fi ;;
-    esac
-}
-# Runs the named cases PARALLEL at a time until they end or the phase deadline comes; prints a
-# line per case as it ends and appends "name<TAB>status<TAB>seconds<TAB>worst<TAB>detail" rows
-# to TSV (worst: the case's worst-of-tolerance line, "0.12 (label)").
-# run_cases TSV LOG PHASE-DEADLINE PARALLEL CASE-LIMIT [wrapper...] < names
-run_cases() {
-    local tsv=$1 log=$2 phase_deadline=$3 width=$4 limit=$5
-    shift 5
-    local -a names=()
-    mapfile -t names
-    local prefix="$work/case"
-    local next=0 running=0 done_count=0 total=${#names[@]}
-    local -A started=()
-    while [ "$done_count" -lt "$total" ]; do
-        while [ "$running" -lt "$width" ] && [ "$next" -lt "$total" ] &&
-              [ $((phase_deadline - SECONDS)) -gt 5 ]; do
-            local this_limit=$limit
-            local phase_left=$((phase_deadline - SECONDS))
-            [ "$phase_left" -lt "$this_limit" ] && this_limit=$phase_left
-            run_case "$next" "${names[$next]}" "$this_limit" "$prefix" "$@" &
-            started[$next]=1
-            next=$((next + 1))
-            running=$((running + 1))
-        done
-        if [ "$running" -eq 0 ]; then break; fi
-        wait -n
-        # Collect every case that has finished (wait -n may cover several).
-        local i
-        for i in "${!started[@]}"; do
-            [ -f "$prefix.$i.rc" ] || continue
-            local rc seconds status worst detail=""
-            read -r rc seconds < "$prefix.$i.rc"
-            local case_log="$prefix.$i.log"
-            status="$(classify "$rc" "$case_log")"
-            worst="$(grep -m1 '^worst-of-tolerance:' "$case_log" | cut -d: -f2- | sed 's/^ //')"
-            case "$status" in
-                failed | memcheck_errors)
-                    detail="exit $rc: $(grep -m1 -E \
-                        'FAILED|No test cases matched|threw|ERROR SUMMARY' "$case_log" |
-                        cut -c1-120)" ;;
-                crashed) detail="signal $((rc - 128)) ($(kill -l $((rc - 128)) 2> /dev/null))" ;;
-                timed_out) detail="over its limit" ;;
-                skipped) detail="$(grep -m1 -i 'skip' "$prefix.$i.log" | cut -c1-100)" ;;
-            esac
-            printf '%-9s %4ss  %s  [%s]\n' "$status" "$seconds" "${names[$i]}" "${worst:-$detail}"
-            [ -n "$worst" ] && [ -n "$detail" ] && echo "            $detail"
-            printf '%s\t%s\t%s\t%s\t%s\n' "${names[$i]}" "$status" "$seconds" "$worst" "$detail" \
-                >> "$tsv"
-            {
-                echo "===== ${names[$i]} : $status (exit $rc, $seconds s)"
-                cat "$case_log"
-            } >> "$log"
-            rm -f "$prefix.$i.rc" "$prefix.$i.log"
-            unset "started[$i]"
-            running=$((running - 1))
-            done_count=$((done_count + 1))
-        done
-    done
-    local i
-    for ((i = next; i < total; ++i)); do
-        printf '%-9s %4ss  %s  [%s]\n' not_run 0 "${names[$i]}" "no time left in the phase"
-        printf '%s\t%s\t%s\t\t%s\n' "${names[$i]}" not_run 0 "no time left in the phase" >> "$tsv"
-    done
-}
+# run_case, classify and run_cases: the case runner and its collector.
+gpu_check_exe="$exe"
+gpu_check_work="$work"
+# shellcheck source=scripts/gpu_check_lib.sh
+source "$root/scripts/gpu_check_lib.sh"
 
 # Reserve the later phases' minimum (benchmarks and summary) unless --quick.
 if [ "$quick" -eq 1 ]; then reserve=5; else reserve=70; fi

@@ -2,22 +2,31 @@
 // file, nn.LSTM state_dict import/export, and PyTorch-written fixtures (tests/data/) imported and
 // run through the double reference.
 
+#include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "lstm/io/checkpoint.hpp"
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
+#include "lstm/memory.hpp"
+#include "lstm/nn/model.hpp"
 #include "lstm/reference/lstm_reference.hpp"
 #include "test_data.hpp"
 #include "test_util.hpp"
@@ -629,4 +638,376 @@ TEST_CASE("PyTorch state_dicts imported here run to PyTorch's float64 results", 
                 "grad." + e.name, got, expected.at("grad." + e.name).values<double>(), rtol));
         }
     }
+}
+
+namespace {
+
+// A whole file whose header holds n empty F32 tensors "t0", "t1", ... (the shape of a header of
+// many tensors at its densest: about 58 header bytes an entry), or n metadata pairs when
+// `metadata` (about 12 header bytes a pair, a std::map node each).
+std::vector<unsigned char> many_entries(size_t n, bool metadata = false) {
+    std::string h = metadata ? "{\"__metadata__\":{" : "{";
+    for (size_t k = 0; k < n; ++k) {
+        if (k) h += ",";
+        h += "\"t" + std::to_string(k) + "\":";
+        h += metadata ? "\"v\"" : R"({"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    }
+    h += metadata ? "}}" : "}";
+    return make_file(h, 0);
+}
+
+std::string temp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() /
+            ("io_test_" + std::to_string(::getpid()) + "_" + name))
+        .string();
+}
+
+void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    REQUIRE(out.good());
+}
+
+// Host heap in use: malloc's arenas and its separately mapped blocks.
+int64_t heap_in_use() {
+    const struct mallinfo2 m = ::mallinfo2();
+    return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+// "VmRSS" or "VmHWM" of /proc/self/status, in bytes; -1 where it cannot be read.
+int64_t status_bytes(const std::string& field) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.compare(0, field.size() + 1, field + ":") == 0)
+            return std::stoll(line.substr(field.size() + 1)) * 1024;
+    return -1;
+}
+
+// How far `body` raises resident memory at its peak above where it started, in bytes: run in a
+// forked child (so this process's peak and its free heap do not hide it), after malloc_trim (free
+// heap pages the body reuses count as new) and after resetting the kernel's peak (clear_refs 5).
+// Negative: the measurement could not be made (-1: no child, -2: the body threw, -4: no peak
+// reset), which the caller reports as a skip.
+template <typename Body>
+int64_t peak_growth(Body body) {
+    if (!LSTM_MEMORY_MEASURABLE) return -5;
+    int fds[2];
+    if (::pipe(fds) != 0) return -1;
+    const pid_t child = ::fork();
+    if (child < 0) {
+        ::close(fds[0]);
+        ::close(fds[1]);
+        return -1;
+    }
+    if (child == 0) {
+        ::close(fds[0]);
+        ::malloc_trim(0);
+        int64_t growth = -4;
+        std::ofstream reset("/proc/self/clear_refs");
+        reset << "5" << std::flush;
+        // The peak just after the reset: what the child holds, give or take the buffers of
+        // reading /proc; one far above means the reset did not happen.
+        const int64_t start = status_bytes("VmHWM");
+        if (reset.good() && start > 0 && start <= status_bytes("VmRSS") + (4 << 20)) {
+            try {
+                body();
+                growth = status_bytes("VmHWM") - start;
+            } catch (...) {
+                growth = -2;
+            }
+        }
+        if (::write(fds[1], &growth, sizeof growth) != sizeof growth) ::_exit(1);
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    int64_t growth = -3;
+    if (::read(fds[0], &growth, sizeof growth) != static_cast<ssize_t>(sizeof growth)) growth = -3;
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return growth;
+}
+
+struct MemoryLimit {
+    explicit MemoryLimit(uint64_t bytes) { lstm::set_host_memory_limit(bytes); }
+    ~MemoryLimit() { lstm::set_host_memory_limit(0); }
+};
+
+template <typename Body>
+std::string out_of_memory(Body body) {
+    try {
+        body();
+    } catch (const OutOfMemory& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("a header of 100k tensors is indexed in linear time with about 3 bytes per byte",
+          "[io]") {
+    constexpr size_t kTensors = 100'000;
+    const std::vector<unsigned char> bytes = many_entries(kTensors);
+    const double header = static_cast<double>(bytes.size() - 8);
+
+    // What the parsed file keeps: Tensors (sharing one copy of the file's name), their shapes
+    // and a 4-byte name index; the DOM-based parse took 54 bytes per header byte.
+    const int64_t before = heap_in_use();
+    const auto start = std::chrono::steady_clock::now();
+    const TensorFile file = parse_safetensors(bytes, "many.safetensors");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double kept = static_cast<double>(heap_in_use() - before) / header;
+    REQUIRE(file.size() == kTensors);
+    CHECK(file.at("t99999").shape == std::vector<int64_t>{0});
+    CHECK(file.tensors()[12345].name == "t12345");
+    WARN("parse of a " << header / 1e6 << " MB header of " << kTensors << " tensors: " << seconds
+                       << " s, keeps " << kept << " bytes per header byte");
+    if (LSTM_MEMORY_MEASURABLE) CHECK(kept <= 3.5);
+    CHECK(seconds < 5.0);  // linear: the callback parser once took minutes here
+
+    // The peak, transients included (offsets, the sort order, the lexer's buffer, malloc's own
+    // overhead), in a child process: of the parse in memory, and of a read from disk, whose
+    // header text (1 byte per header byte) comes on top.
+    const std::string path = temp_path("many.safetensors");
+    write_bytes(path, bytes);
+    const int64_t in_memory = peak_growth([&] { parse_safetensors(bytes, "many.safetensors"); });
+    const int64_t from_disk = peak_growth([&] { read_safetensors(path); });
+    const int64_t reader = peak_growth([&] { TensorFileReader r(path); });
+    std::filesystem::remove(path);
+    if (in_memory < 0 || from_disk < 0 || reader < 0)
+        LSTM_SKIP(
+            "the peak of a child process cannot be measured here (a sanitizer's allocator, or "
+            "fork or /proc/self/clear_refs failed: "
+            << in_memory << ", " << from_disk << ", " << reader << ")");
+    WARN("peak bytes per header byte: parse_safetensors "
+         << in_memory / header << ", read_safetensors " << from_disk / header
+         << " (the header text included), TensorFileReader " << reader / header);
+    CHECK(in_memory / header <= 4.0);
+    CHECK((from_disk / header) - 1.0 <= 4.0);
+    CHECK((reader / header) - 1.0 <= 4.0);
+}
+
+TEST_CASE("the memory check covers the header's parse: refused by name, then parsed", "[io]") {
+    using Catch::Contains;
+    const std::vector<unsigned char> bytes = many_entries(100'000);
+    const uint64_t header = bytes.size() - 8;
+    const std::string path = temp_path("limit.safetensors");
+    write_bytes(path, bytes);
+    {
+        // Below the index a header of tensor entries is asked for before the parse starts.
+        const MemoryLimit limit(2 * header);
+        const std::string message = out_of_memory([&] { read_safetensors(path); });
+        CHECK_THAT(message, Contains(path + ": indexing its header of 5.52 MiB"));
+        CHECK_THAT(message, Contains("header index"));
+        CHECK_THAT(out_of_memory([&] { TensorFileReader r(path); }),
+                   Contains(path + ": indexing its header"));
+        CHECK_THAT(out_of_memory([&] { parse_safetensors(bytes, "many.safetensors"); }),
+                   Contains("many.safetensors: indexing its header"));
+    }
+    CHECK(read_safetensors(path).size() == 100'000);
+    CHECK(TensorFileReader(path).size() == 100'000);
+
+    // Metadata of many short strings needs more than the first grant (a std::map node, 112
+    // bytes, for about 12 header bytes): asked for as the parse grows, refused by name.
+    const std::vector<unsigned char> meta = many_entries(100'000, true);
+    const uint64_t meta_header = meta.size() - 8;
+    {
+        const MemoryLimit limit(5 * meta_header);
+        CHECK_THAT(out_of_memory([&] { parse_safetensors(meta, "meta.safetensors"); }),
+                   Contains("meta.safetensors: indexing its header of"));
+    }
+    const TensorFile parsed = parse_safetensors(meta, "meta.safetensors");
+    CHECK(parsed.metadata.size() == 100'000);
+    CHECK(parsed.metadata.at("t99999") == "v");
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("TensorFileReader reads what read_safetensors reads and refuses what it refuses",
+          "[io]") {
+    using Catch::Contains;
+    TensorFile file;
+    file.add(f32_tensor("a", {3, 5}, 1));
+    file.add(Tensor::from("b", {2}, std::vector<double>{1.5, -2.0}));
+    file.add(Tensor::from("c", {0, 4}, std::vector<float>{}));
+    file.add(Tensor::from("d", {}, std::vector<int64_t>{7}));
+    // Larger than a read piece, so that it comes in several.
+    file.add(f32_tensor("big", {int64_t(TensorFileReader::kReadPieceBytes / 4 + 100)}, 2));
+    file.metadata["format"] = "test";
+    const std::string path = temp_path("reader.safetensors");
+    write_bytes(path, serialize_safetensors(file));
+
+    const TensorFileReader reader(path);
+    const TensorFile read = read_safetensors(path);
+    CHECK(read == file);
+    CHECK(reader.metadata == file.metadata);
+    CHECK(reader.source == path);
+    REQUIRE(reader.size() == file.size());
+    for (size_t k = 0; k < file.size(); ++k) {
+        const Tensor& want = file.tensors()[k];
+        const TensorInfo& got = reader.tensors()[k];
+        INFO(want.name);
+        CHECK(got.name == want.name);
+        CHECK(got.dtype == want.dtype);
+        CHECK(got.shape == want.shape);
+        CHECK(got.size == want.bytes.size());
+        CHECK(reader.load(got) == want);
+        std::vector<unsigned char> pieces;
+        size_t count = 0;
+        reader.visit_bytes(got, [&](const unsigned char* p, size_t n) {
+            CHECK(n <= TensorFileReader::kReadPieceBytes);
+            pieces.insert(pieces.end(), p, p + n);
+            ++count;
+        });
+        CHECK(pieces == want.bytes);
+        if (want.name == "big") CHECK(count == 2);
+    }
+    CHECK(reader.with_prefix("b").size() == 2);
+    CHECK_THROWS_WITH(reader.at("z"), Contains(path + ": no tensor named 'z'; the file has 'a'"));
+
+    // A file cut short after it was opened: an error naming it, not a crash.
+    REQUIRE(::truncate(path.c_str(), 100) == 0);
+    CHECK_THROWS_WITH(reader.load(reader.at("big")),
+                      Contains("error while reading '" + path + "': it ends at byte"));
+
+    // The same refusals, with the same messages, as parse_safetensors.
+    for (const std::string& header :
+         {std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})"),
+          std::string(R"({"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})"),
+          std::string("{\"a\":")}) {
+        const std::vector<unsigned char> bad = make_file(header, 12);
+        write_bytes(path, bad);
+        std::string in_memory;
+        try {
+            parse_safetensors(bad, path);
+        } catch (const Error& e) {
+            in_memory = e.what();
+        }
+        REQUIRE_FALSE(in_memory.empty());
+        CHECK_THROWS_WITH(TensorFileReader(path), in_memory);
+        CHECK_THROWS_WITH(read_safetensors(path), in_memory);
+    }
+    std::filesystem::remove(path);
+
+    // A FIFO cannot be read at offsets: it is read whole, and parses the same.
+    const std::string fifo = temp_path("reader.fifo");
+    if (::mkfifo(fifo.c_str(), 0600) != 0)
+        LSTM_SKIP("cannot make a FIFO in " << std::filesystem::temp_directory_path() << ": "
+                                           << std::strerror(errno));
+    const std::vector<unsigned char> bytes = serialize_safetensors(file);
+    std::thread writer([&] { write_bytes(fifo, bytes); });
+    const TensorFile through_fifo = read_safetensors(fifo);
+    writer.join();
+    CHECK(through_fifo == file);
+    std::filesystem::remove(fifo);
+}
+
+namespace {
+
+nn::ModelConfig stream_config() {
+    nn::ModelConfig c;
+    c.lstm = Config{32, 200, 2, true};
+    c.classes = 10;
+    c.dense_bias = true;
+    c.head = nn::Head::ce_last_step;
+    c.adam = nn::adamw_options(0.01, 0.05);
+    return c;
+}
+
+void train_once(nn::SequenceModel<float>& model) {
+    const int64_t steps = 4, batch = 3;
+    const auto x = test::random_vector<float>(steps * batch * 32, 77);
+    const std::vector<int64_t> lengths{4, 2, 3}, targets{1, 7, 3};
+    model.train_step(TensorView<const float>(x.data(), {steps, batch, 32}),
+                     Span<const int64_t>(lengths), Span<const int64_t>(targets));
+}
+
+// Parameters, both Adam moments and step counts, and the dropout state of a host model.
+std::vector<double> model_state(nn::SequenceModel<float>& model) {
+    std::vector<double> out(model.lstm().parameters().begin(), model.lstm().parameters().end());
+    const Span<const float> dense = std::as_const(model.dense()).parameters();
+    out.insert(out.end(), dense.data, dense.data + dense.size);
+    nn::Adam<float>& adam = model.optimizer();
+    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+        for (const TensorView<float>& v : {adam.exp_avg(k), adam.exp_avg_sq(k)})
+            out.insert(out.end(), v.data(), v.data() + v.numel());
+        out.push_back(static_cast<double>(adam.steps(k)));
+    }
+    out.push_back(static_cast<double>(model.lstm().dropout_count()));
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("load_checkpoint from a path streams the file, and a bad file changes nothing",
+          "[io][nn]") {
+    using Catch::Contains;
+    nn::SequenceModel<float> trained(stream_config(), "basic", Device::cpu, 3);
+    train_once(trained);
+    const std::string path = temp_path("stream.ckpt");
+    save_checkpoint(path, trained);
+    const double file_bytes = static_cast<double>(std::filesystem::file_size(path));
+
+    nn::SequenceModel<float> target(stream_config(), "basic", Device::cpu, 9);
+    REQUIRE(model_state(target) != model_state(trained));
+    load_checkpoint(path, target);
+    CHECK(model_state(target) == model_state(trained));
+    // The same as the in-memory file gives.
+    nn::SequenceModel<float> from_memory(stream_config(), "basic", Device::cpu, 10);
+    load_checkpoint(read_safetensors(path), from_memory);
+    CHECK(model_state(from_memory) == model_state(trained));
+    nn::SequenceModel<float> params_only(stream_config(), "basic", Device::cpu, 11);
+    load_model_parameters(path, params_only);
+    CHECK(
+        std::vector<float>(params_only.lstm().parameters().begin(),
+                           params_only.lstm().parameters().end()) ==
+        std::vector<float>(trained.lstm().parameters().begin(), trained.lstm().parameters().end()));
+
+    // Peak host memory a second load adds (every buffer of the model already touched by the
+    // first): the header's index and a read piece or two, not the file (it was about twice the
+    // file, read whole and then copied).
+    const int64_t peak = peak_growth([&] { load_checkpoint(path, target); });
+    if (peak >= 0) {
+        WARN("load_checkpoint of a " << file_bytes / 1e6 << " MB checkpoint: peak +" << peak / 1e6
+                                     << " MB (" << 100.0 * static_cast<double>(peak) / file_bytes
+                                     << "% of the file)");
+        CHECK(static_cast<double>(peak) < 0.4 * file_bytes);
+    } else {
+        WARN("the peak of a child process cannot be measured here (" << peak << ")");
+    }
+
+    // A negative second moment in the last tensor the loader checks: refused, nothing changed.
+    TensorFile bad = read_safetensors(path);
+    TensorFile edited;
+    edited.metadata = bad.metadata;
+    const std::string last = "optimizer.1.exp_avg_sq";
+    for (const Tensor& t : bad.tensors()) {
+        if (t.name != last) {
+            edited.add(t);
+            continue;
+        }
+        std::vector<float> v = t.values<float>();
+        v.back() = -1.0f;
+        edited.add(Tensor::from(t.name, t.shape, v));
+    }
+    write_safetensors(path, edited);
+    nn::SequenceModel<float> untouched(stream_config(), "basic", Device::cpu, 12);
+    const std::vector<double> before = model_state(untouched);
+    CHECK_THROWS_WITH(
+        load_checkpoint(path, untouched),
+        Contains(last + "[" + std::to_string(bad.at(last).numel() - 1) + "] = -1 is negative"));
+    CHECK(model_state(untouched) == before);
+    // A file cut short: refused from its header, before anything is copied.
+    {
+        std::vector<unsigned char> bytes = serialize_safetensors(bad);
+        bytes.resize(bytes.size() - 4);
+        write_bytes(path, bytes);
+    }
+    CHECK_THROWS_WITH(load_checkpoint(path, untouched), Contains("-byte data buffer"));
+    CHECK(model_state(untouched) == before);
+    std::filesystem::remove(path);
 }

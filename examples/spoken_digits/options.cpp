@@ -70,9 +70,10 @@ double parse_real(const std::string& flag, const char* text, double min, double 
 }
 
 // Refuses, before any work, an output path the run could not write at its end: training would
-// otherwise run to completion and then lose its result. Outputs are written beside the target
-// and renamed over it (lstm::io::write_safetensors), so what must hold is that the path is not a
-// directory and that its directory takes a new file. A probe file there shows that whatever could
+// otherwise run to completion and then lose its result. A regular output file is written beside
+// the target and renamed over it (lstm::io::write_safetensors; a device or FIFO is written in
+// place), so what must hold is that the path is not a directory and that its directory takes a
+// new file. A probe file there shows that whatever could
 // stop it; access() answers from permission bits, which root passes.
 void check_writable(const std::string& flag, const std::string& path) {
     namespace fs = std::filesystem;

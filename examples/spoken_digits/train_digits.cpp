@@ -234,8 +234,7 @@ int run(const Options& o) {
             model.optimizer().set_lr(schedule.lr(step));
             const float loss =
                 model.compute_gradients(batch.view(), batch.lengths, t.labels, t.lengths);
-            lstm::nn::clip_grad_norm<float>({model.lstm().gradients(), model.dense().gradients()},
-                                            kClipNorm);
+            lstm::nn::clip_grad_norm(model, kClipNorm);
             model.optimizer().step();
             loss_sum += static_cast<double>(loss) * static_cast<double>(idx.size());
             ++step;

@@ -11,13 +11,17 @@
 // load_state_dict(strict=False); "optimizer.<k>.exp_avg", "optimizer.<k>.exp_avg_sq" (float, as
 // the parameters) and "optimizer.<k>.step" (int64, shape (1)) for the optimizer's buffers (0: the
 // LSTM, 1: the dense layer); "rng.lstm_dropout" (int64, shape (2)): the seed and the number of
-// dropout forwards so far, from which the next masks are drawn. Anything else a training program
-// keeps (its data order, its own random state) can be added to the same TensorFile under other
-// names before it is written.
+// dropout forwards so far, from which the next masks are drawn. With a BatchSampler
+// (lstm/nn/sampler.hpp), its place in the data too: "sampler.position" (int64, shape (2)): the
+// epoch and the batches of it already taken; "sampler.batch_sizes" (int64, (B)) and
+// "sampler.indices" (int64, the sum of batch_sizes): that epoch's batches, concatenated. Anything
+// else a training program keeps (its own random state) can be added under other names.
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lstm/buffer.hpp"
@@ -25,6 +29,7 @@
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
 #include "lstm/nn/model.hpp"
+#include "lstm/nn/sampler.hpp"
 
 namespace lstm::io {
 
@@ -53,13 +58,6 @@ std::vector<T> to_host(nn::SequenceModel<T>& model, TensorView<const T> v) {
     return out;
 }
 
-// dst (any memory space, src.size() elements) <- src (host); overwrites.
-template <typename T>
-void from_host(nn::SequenceModel<T>& model, const std::vector<T>& src, TensorView<T> dst) {
-    Buffer::copy(dst.data(), dst.device(), src.data(), Device::cpu, sizeof(T) * src.size(),
-                 model.lstm().context());
-}
-
 inline std::string describe(const Config& c) {
     return "input " + std::to_string(c.input_size) + ", hidden " + std::to_string(c.hidden_size) +
            ", " + std::to_string(c.num_layers) + " layer(s), " +
@@ -78,11 +76,12 @@ inline std::string optimizer_name(int64_t k, const char* what) {
 // checkpoint's optimizer state is restored in its own dtype only.
 enum class Widening { none, f32_to_f64 };
 
-// Copies tensor `name` of `file` into dst (n elements of T, host): shape and dtype must match.
-template <typename T>
-void copy_tensor(const TensorFile& file, const std::string& name, const std::vector<int64_t>& shape,
-                 T* dst, Widening widening = Widening::none) {
-    const Tensor& t = file.at(name);
+// Tensor `name` of `file` (a TensorFile or a TensorFileReader), checked to have `shape` and T's
+// dtype (or F32 for a double model, with f32_to_f64). Only the header is read.
+template <typename T, typename File>
+const auto& checked_tensor(const File& file, const std::string& name,
+                           const std::vector<int64_t>& shape, Widening widening = Widening::none) {
+    const auto& t = file.at(name);
     const bool widen =
         widening == Widening::f32_to_f64 && std::is_same_v<T, double> && t.dtype == ScalarType::f32;
     // Unwidened F32 for a double model is an optimizer moment of an F32 checkpoint (its parameters
@@ -96,12 +95,18 @@ void copy_tensor(const TensorFile& file, const std::string& name, const std::vec
                     : "");
     check(t.shape == shape, file.source, ": tensor '", name, "' has shape ", t.shape_string(),
           ", the model needs ", shape_string(shape));
-    if (widen) {
-        const std::vector<float> narrow = t.values<float>();
-        std::copy(narrow.begin(), narrow.end(), dst);
-    } else if (!t.bytes.empty()) {
-        std::memcpy(dst, t.bytes.data(), t.bytes.size());
-    }
+    return t;
+}
+
+// Copies the elements of `t` (checked with checked_tensor) into dst (t.numel() elements of T in
+// `device`'s memory; overwrites), a staged piece at a time.
+template <typename T, typename File, typename Entry>
+void copy_to_model(nn::SequenceModel<T>& model, const File& file, const Entry& t, T* dst,
+                   Device device) {
+    visit_values<T>(file, t, [&](const T* v, size_t n) {
+        Buffer::copy(dst, device, v, Device::cpu, n * sizeof(T), model.lstm().context());
+        dst += n;
+    });
 }
 
 }  // namespace detail
@@ -135,25 +140,153 @@ void add_checkpoint(TensorFile& file, nn::SequenceModel<T>& model) {
     file.metadata["format"] = kCheckpointFormat;
 }
 
-// Writes the model's checkpoint to `path`.
+// The model's checkpoint as sources that read the model's own buffers where they live, for
+// write_safetensors to stream: the tensors and metadata add_checkpoint gives, in its order (the
+// bytes written are serialize_safetensors of add_checkpoint's file: tests/io_write_test.cpp).
+// Valid while the model is neither changed nor destroyed; move-only, because the sources point
+// into its `counters`.
+struct CheckpointSources {
+    std::vector<TensorSource> tensors;
+    std::map<std::string, std::string> metadata;
+    std::vector<int64_t> counters;  // Adam's step counts and the dropout state, by value
+    // Values of tensors added after the model's (a sampler's state); the sources point into the
+    // inner vectors, whose storage stays where it is when the outer one grows.
+    std::vector<std::vector<int64_t>> held;
+
+    CheckpointSources() = default;
+    CheckpointSources(CheckpointSources&&) = default;
+    CheckpointSources& operator=(CheckpointSources&&) = default;
+    CheckpointSources(const CheckpointSources&) = delete;
+    CheckpointSources& operator=(const CheckpointSources&) = delete;
+};
+
+namespace detail {
+
+// A source for `shape` elements of T at `data` in `device`'s memory: host memory is written
+// straight from there, device memory through the writer's staging chunk (a copy that waits for
+// the model's queued work).
+template <typename T>
+TensorSource model_source(nn::SequenceModel<T>& model, std::string name, std::vector<int64_t> shape,
+                          const T* data, Device device) {
+    TensorSource s = TensorSource::of(std::move(name), std::move(shape), data);
+    if (device != Device::cpu) {
+        s.host = nullptr;
+        cuda::Context* context = model.lstm().context();
+        s.fill = [data, device, context](uint64_t offset, size_t size, void* dst) {
+            Buffer::copy(dst, Device::cpu, reinterpret_cast<const unsigned char*>(data) + offset,
+                         device, size, context);
+        };
+    }
+    return s;
+}
+
+}  // namespace detail
+
+// The model's checkpoint as CheckpointSources (above), reading its buffers in their memory space.
+template <typename T>
+CheckpointSources checkpoint_sources(nn::SequenceModel<T>& model) {
+    CheckpointSources out;
+    const Config& config = model.lstm().config();
+    const FlatSpan<const T> lstm_params = std::as_const(model.lstm()).parameters();
+    for (const ParamEntry& e : param_entries(config)) {
+        std::vector<int64_t> shape =
+            e.cols == 0 ? std::vector<int64_t>{e.rows} : std::vector<int64_t>{e.rows, e.cols};
+        out.tensors.push_back(detail::model_source<T>(model, "lstm." + e.name, std::move(shape),
+                                                      lstm_params.data + e.offset,
+                                                      lstm_params.device));
+    }
+    const int64_t classes = model.config().classes, in = config.output_size();
+    const TensorView<T> head = detail::dense_parameters(model);
+    out.tensors.push_back(
+        detail::model_source<T>(model, "fc.weight", {classes, in}, head.data(), head.device()));
+    if (model.config().dense_bias)
+        out.tensors.push_back(detail::model_source<T>(model, "fc.bias", {classes},
+                                                      head.data() + classes * in, head.device()));
+    nn::Adam<T>& adam = model.optimizer();
+    // Reserved whole first: the sources keep pointers into it.
+    out.counters.reserve(static_cast<size_t>(adam.buffer_count()) + 2);
+    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+        const TensorView<T> m = adam.exp_avg(k), v = adam.exp_avg_sq(k);
+        out.tensors.push_back(detail::model_source<T>(model, detail::optimizer_name(k, "exp_avg"),
+                                                      {m.numel()}, m.data(), m.device()));
+        out.tensors.push_back(detail::model_source<T>(
+            model, detail::optimizer_name(k, "exp_avg_sq"), {v.numel()}, v.data(), v.device()));
+        out.counters.push_back(adam.steps(k));
+        out.tensors.push_back(
+            TensorSource::of(detail::optimizer_name(k, "step"), {1}, &out.counters.back()));
+    }
+    // uint64 state kept bit for bit in safetensors' I64.
+    out.counters.push_back(static_cast<int64_t>(model.lstm().dropout_seed()));
+    out.counters.push_back(static_cast<int64_t>(model.lstm().dropout_count()));
+    out.tensors.push_back(
+        TensorSource::of(detail::kDropoutState, {2}, &out.counters[out.counters.size() - 2]));
+    out.metadata["format"] = kCheckpointFormat;
+    return out;
+}
+
+// Writes the model's checkpoint to `path`, streaming it from the model's buffers: beyond the
+// header it adds at most one kWriteChunkBytes staging chunk to host memory (for a GPU model),
+// never a copy of the file. As write_safetensors: once it returns the checkpoint survives a
+// crash of the process or the machine, and a failure leaves the previous checkpoint whole.
 template <typename T>
 void save_checkpoint(const std::string& path, nn::SequenceModel<T>& model) {
-    TensorFile file;
-    add_checkpoint(file, model);
-    write_safetensors(path, file);
+    const CheckpointSources sources = checkpoint_sources(model);
+    write_safetensors(path, sources.tensors, sources.metadata);
 }
 
 namespace detail {
 
-// The LSTM and dense parameters of `file` ("lstm.*", "fc.weight", "fc.bias"), checked against
-// the model's configuration and read into host scratch, so that a bad tensor changes nothing.
-template <typename T>
-struct ModelParameters {
-    std::vector<T> lstm, dense;
-};
+inline constexpr const char* kSamplerPosition = "sampler.position";
+inline constexpr const char* kSamplerBatchSizes = "sampler.batch_sizes";
+inline constexpr const char* kSamplerIndices = "sampler.indices";
 
+// The sampler's state as three int64 vectors: (epoch, position), the batch sizes, the indices.
+inline std::vector<std::vector<int64_t>> sampler_values(const nn::BatchSampler& sampler) {
+    const nn::BatchSampler::State& state = sampler.state();
+    std::vector<std::vector<int64_t>> out(3);
+    out[0] = {state.epoch, state.position};
+    for (const std::vector<int64_t>& batch : state.batches) {
+        out[1].push_back(static_cast<int64_t>(batch.size()));
+        out[2].insert(out[2].end(), batch.begin(), batch.end());
+    }
+    return out;
+}
+
+}  // namespace detail
+
+// Appends the sampler's state ("sampler.*", see the top of this file) to `file`.
+inline void add_sampler_state(TensorFile& file, const nn::BatchSampler& sampler) {
+    const std::vector<std::vector<int64_t>> v = detail::sampler_values(sampler);
+    file.add(Tensor::from(detail::kSamplerPosition, {2}, v[0]));
+    file.add(Tensor::from(detail::kSamplerBatchSizes, {static_cast<int64_t>(v[1].size())}, v[1]));
+    file.add(Tensor::from(detail::kSamplerIndices, {static_cast<int64_t>(v[2].size())}, v[2]));
+}
+
+// save_checkpoint with the sampler's place in the data, so that load_checkpoint(path, model,
+// sampler) resumes mid-epoch with the batch after the last one trained.
 template <typename T>
-ModelParameters<T> read_model_parameters(const TensorFile& file, nn::SequenceModel<T>& model) {
+void save_checkpoint(const std::string& path, nn::SequenceModel<T>& model,
+                     const nn::BatchSampler& sampler) {
+    CheckpointSources sources = checkpoint_sources(model);
+    for (std::vector<int64_t>& v : detail::sampler_values(sampler))
+        sources.held.push_back(std::move(v));
+    const char* names[] = {detail::kSamplerPosition, detail::kSamplerBatchSizes,
+                           detail::kSamplerIndices};
+    for (size_t k = 0; k < 3; ++k) {
+        const std::vector<int64_t>& v = sources.held[sources.held.size() - 3 + k];
+        sources.tensors.push_back(
+            TensorSource::of(names[k], {static_cast<int64_t>(v.size())}, v.data()));
+    }
+    write_safetensors(path, sources.tensors, sources.metadata);
+}
+
+namespace detail {
+
+// Checks the LSTM and dense parameters of `file` ("lstm.*", "fc.weight", "fc.bias") against the
+// model's configuration, reading only the header: load_model_parameters and load_checkpoint check
+// everything before they copy anything, so that a bad file changes nothing.
+template <typename T, typename File>
+void check_model_parameters(const File& file, nn::SequenceModel<T>& model) {
     const Config& config = model.lstm().config();
     const Config saved = infer_lstm_config(file, "lstm.");
     check(
@@ -165,18 +298,103 @@ ModelParameters<T> read_model_parameters(const TensorFile& file, nn::SequenceMod
     const int64_t out = model.config().classes, in = config.output_size();
     check(file.contains("fc.bias") == bias, file.source, ": the file ", bias ? "lacks" : "has",
           " fc.bias, the model's dense layer ", bias ? "has a bias" : "has none");
-    ModelParameters<T> p;
-    p.lstm = import_lstm_params<T>(file, config, "lstm.");
-    p.dense.resize(static_cast<size_t>(dense_parameters(model).numel()));
-    copy_tensor(file, "fc.weight", {out, in}, p.dense.data(), Widening::f32_to_f64);
-    if (bias) copy_tensor(file, "fc.bias", {out}, p.dense.data() + out * in, Widening::f32_to_f64);
-    return p;
+    // What import_lstm_params refuses (infer_lstm_config checked the shapes): F64 into float.
+    for (const ParamEntry& e : param_entries(config)) {
+        const auto& t = file.at("lstm." + e.name);
+        check(t.dtype == scalar_type_of<T>() ||
+                  (t.dtype == ScalarType::f32 && std::is_same_v<T, double>),
+              file.source, ": ", t.name, " has dtype ", to_string(t.dtype),
+              " and cannot be imported into ", to_string(scalar_type_of<T>()),
+              " parameters without rounding; convert the file first");
+    }
+    checked_tensor<T>(file, "fc.weight", {out, in}, Widening::f32_to_f64);
+    if (bias) checked_tensor<T>(file, "fc.bias", {out}, Widening::f32_to_f64);
 }
 
-template <typename T>
-void write_model_parameters(const ModelParameters<T>& p, nn::SequenceModel<T>& model) {
-    model.lstm().load_parameters(Span<const T>(p.lstm));
-    from_host(model, p.dense, dense_parameters(model));
+// Copies the parameters check_model_parameters accepted into the model, tensor by tensor.
+template <typename T, typename File>
+void write_model_parameters(const File& file, nn::SequenceModel<T>& model) {
+    const Config& config = model.lstm().config();
+    for (const ParamEntry& e : param_entries(config)) {
+        int64_t at = e.offset;
+        visit_values<T>(file, file.at("lstm." + e.name), [&](const T* v, size_t n) {
+            model.lstm().load_parameters(Span<const T>(v, static_cast<int64_t>(n)), at);
+            at += static_cast<int64_t>(n);
+        });
+    }
+    const TensorView<T> dense = dense_parameters(model);
+    const int64_t out = model.config().classes, in = config.output_size();
+    copy_to_model(model, file, file.at("fc.weight"), dense.data(), dense.device());
+    if (model.config().dense_bias)
+        copy_to_model(model, file, file.at("fc.bias"), dense.data() + out * in, dense.device());
+}
+
+template <typename T, typename File>
+void load_checkpoint_from(const File& file, nn::SequenceModel<T>& model) {
+    const auto format = file.metadata.find("format");
+    check(format != file.metadata.end() && format->second == kCheckpointFormat, file.source,
+          ": not a checkpoint of this library (metadata \"format\" should be '", kCheckpointFormat,
+          "', got ", format == file.metadata.end() ? "none" : "'" + format->second + "'", ")");
+    const Config& config = model.lstm().config();
+    nn::Adam<T>& adam = model.optimizer();
+    // Everything is checked first (shapes and dtypes from the header, the values that have a
+    // valid range from the file), so a bad file leaves the model as it was; then copied.
+    check_model_parameters(file, model);
+    std::vector<int64_t> steps(static_cast<size_t>(adam.buffer_count()));
+    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+        const int64_t n = adam.exp_avg(k).numel();
+        checked_tensor<T>(file, optimizer_name(k, "exp_avg"), {n});
+        const std::string sq = optimizer_name(k, "exp_avg_sq");
+        // A second moment is a mean of squares; a negative one makes the next step's sqrt NaN in
+        // every parameter it touches. (NaN is let through: a diverged run saves it honestly.)
+        int64_t index = 0;
+        visit_values<T>(file, checked_tensor<T>(file, sq, {n}), [&](const T* v, size_t count) {
+            for (size_t i = 0; i < count; ++i)
+                if (v[i] < 0)
+                    fail(file.source, ": ", sq, "[", index + static_cast<int64_t>(i), "] = ", v[i],
+                         " is negative; a second moment must be >= 0");
+            index += static_cast<int64_t>(count);
+        });
+        const std::string step = optimizer_name(k, "step");
+        visit_values<int64_t>(
+            file, checked_tensor<int64_t>(file, step, {1}),
+            [&](const int64_t* v, size_t) { steps[static_cast<size_t>(k)] = v[0]; });
+        check(steps[static_cast<size_t>(k)] >= 0, file.source, ": ", step, " = ",
+              steps[static_cast<size_t>(k)], " must be >= 0");
+    }
+    // Older checkpoints have no dropout state; a model without dropout does not need one.
+    int64_t rng[2] = {0, 0};
+    const bool has_rng = file.contains(kDropoutState);
+    check(has_rng || config.dropout == 0.0, file.source, ": the checkpoint has no '", kDropoutState,
+          "', which a model with dropout (", config.dropout, ") needs to resume exactly");
+    if (has_rng)
+        visit_values<int64_t>(file, checked_tensor<int64_t>(file, kDropoutState, {2}),
+                              [&](const int64_t* v, size_t) { std::memcpy(rng, v, sizeof(rng)); });
+
+    try {
+        write_model_parameters(file, model);
+        for (int64_t k = 0; k < adam.buffer_count(); ++k) {
+            const TensorView<T> m = adam.exp_avg(k), v = adam.exp_avg_sq(k);
+            copy_to_model(model, file, file.at(optimizer_name(k, "exp_avg")), m.data(), m.device());
+            copy_to_model(model, file, file.at(optimizer_name(k, "exp_avg_sq")), v.data(),
+                          v.device());
+        }
+    } catch (const Error& e) {
+        // Only a file read a piece at a time gets here: its bytes changed or became unreadable
+        // after they were checked.
+        const std::string message = std::string(e.what()) + "; the model is partly loaded from '" +
+                                    file.source +
+                                    "' (its parameters or optimizer state are a mix): load a "
+                                    "whole checkpoint again before training on";
+        if (e.kind() == ErrorKind::out_of_memory) throw OutOfMemory(message);
+        if (e.kind() == ErrorKind::backend) throw BackendError(message);
+        throw InvalidArgument(message);
+    }
+    for (int64_t k = 0; k < adam.buffer_count(); ++k)
+        adam.set_steps(k, steps[static_cast<size_t>(k)]);
+    if (has_rng)
+        model.lstm().set_dropout_state(static_cast<uint64_t>(rng[0]),
+                                       static_cast<uint64_t>(rng[1]));
 }
 
 }  // namespace detail
@@ -190,64 +408,115 @@ void write_model_parameters(const ModelParameters<T>& p, nn::SequenceModel<T>& m
 // nothing is changed when anything is missing or mismatched.
 template <typename T>
 void load_model_parameters(const TensorFile& file, nn::SequenceModel<T>& model) {
-    detail::write_model_parameters(detail::read_model_parameters(file, model), model);
+    detail::check_model_parameters(file, model);
+    detail::write_model_parameters(file, model);
+}
+
+// The same from a file opened with TensorFileReader: each tensor is copied from the file to the
+// model's memory a piece at a time, with no host copy of the file.
+template <typename T>
+void load_model_parameters(const TensorFileReader& file, nn::SequenceModel<T>& model) {
+    detail::check_model_parameters(file, model);
+    detail::write_model_parameters(file, model);
+}
+
+// The same from the safetensors file at `path` (through TensorFileReader).
+template <typename T>
+void load_model_parameters(const std::string& path, nn::SequenceModel<T>& model) {
+    load_model_parameters(TensorFileReader(path), model);
 }
 
 // Restores the model from checkpoint tensors. The model must have been built with the same
 // ModelConfig (LSTM shape, classes, dense bias; the error names what differs); extra tensors in
-// the file are left for the caller. Nothing is changed when anything is missing or mismatched.
+// the file are left for the caller. Nothing is changed when anything is missing or mismatched:
+// every tensor is checked (its shape and dtype, and the values that have a valid range: second
+// moments >= 0, step counts >= 0) before the first is copied.
 template <typename T>
 void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model) {
-    const auto format = file.metadata.find("format");
-    check(format != file.metadata.end() && format->second == kCheckpointFormat, file.source,
-          ": not a checkpoint of this library (metadata \"format\" should be '", kCheckpointFormat,
-          "', got ", format == file.metadata.end() ? "none" : "'" + format->second + "'", ")");
-    const Config& config = model.lstm().config();
-    nn::Adam<T>& adam = model.optimizer();
-    // Everything is read into scratch first, so a bad tensor leaves the model as it was.
-    const detail::ModelParameters<T> params = detail::read_model_parameters(file, model);
-    std::vector<std::vector<T>> moments;
-    std::vector<int64_t> steps(static_cast<size_t>(adam.buffer_count()));
-    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
-        const int64_t n = adam.exp_avg(k).numel();
-        for (const char* what : {"exp_avg", "exp_avg_sq"}) {
-            moments.emplace_back(static_cast<size_t>(n));
-            detail::copy_tensor(file, detail::optimizer_name(k, what), {n}, moments.back().data());
-        }
-        // A second moment is a mean of squares; a negative one makes the next step's sqrt NaN in
-        // every parameter it touches. (NaN is let through: a diverged run saves it honestly.)
-        const std::vector<T>& v = moments.back();
-        const auto negative = std::find_if(v.begin(), v.end(), [](T e) { return e < 0; });
-        if (negative != v.end())
-            fail(file.source, ": ", detail::optimizer_name(k, "exp_avg_sq"), "[",
-                 negative - v.begin(), "] = ", *negative,
-                 " is negative; a second moment must be >= 0");
-        detail::copy_tensor(file, detail::optimizer_name(k, "step"), {1}, &steps[k]);
-        check(steps[k] >= 0, file.source, ": ", detail::optimizer_name(k, "step"), " = ", steps[k],
-              " must be >= 0");
-    }
-    // Older checkpoints have no dropout state; a model without dropout does not need one.
-    int64_t rng[2] = {0, 0};
-    const bool has_rng = file.contains(detail::kDropoutState);
-    check(has_rng || config.dropout == 0.0, file.source, ": the checkpoint has no '",
-          detail::kDropoutState, "', which a model with dropout (", config.dropout,
-          ") needs to resume exactly");
-    if (has_rng) detail::copy_tensor(file, detail::kDropoutState, {2}, rng);
-    detail::write_model_parameters(params, model);
-    for (int64_t k = 0; k < adam.buffer_count(); ++k) {
-        detail::from_host(model, moments[2 * k], adam.exp_avg(k));
-        detail::from_host(model, moments[2 * k + 1], adam.exp_avg_sq(k));
-        adam.set_steps(k, steps[k]);
-    }
-    if (has_rng)
-        model.lstm().set_dropout_state(static_cast<uint64_t>(rng[0]),
-                                       static_cast<uint64_t>(rng[1]));
+    detail::load_checkpoint_from(file, model);
 }
 
-// Reads a checkpoint file into the model.
+// The same from a file opened with TensorFileReader, copied from the file to the model's memory
+// a piece at a time: the host memory a load adds is the header's index and two pieces of 256 KiB,
+// whatever the size of the checkpoint. A read error after the checks (the
+// file truncated or damaged while it loads) can leave the model partly loaded; the error says so.
+template <typename T>
+void load_checkpoint(const TensorFileReader& file, nn::SequenceModel<T>& model) {
+    detail::load_checkpoint_from(file, model);
+}
+
+// Reads a checkpoint file into the model, streamed as above.
 template <typename T>
 void load_checkpoint(const std::string& path, nn::SequenceModel<T>& model) {
-    load_checkpoint(read_safetensors(path), model);
+    load_checkpoint(TensorFileReader(path), model);
+}
+
+namespace detail {
+
+// The sampler state "sampler.*" of `file`, checked against `sampler` (its dataset size) without
+// changing it.
+template <typename File>
+nn::BatchSampler::State read_sampler_state(const File& file, const nn::BatchSampler& sampler) {
+    for (const char* name : {kSamplerPosition, kSamplerBatchSizes, kSamplerIndices})
+        check(file.contains(name), file.source, ": the checkpoint has no '", name,
+              "' (it was saved without a sampler)");
+    auto values = [&](const char* name) {
+        const auto& t = file.at(name);
+        check(t.dtype == ScalarType::i64 && t.rank() == 1, file.source, ": tensor '", name,
+              "' must be I64 of rank 1, got ", to_string(t.dtype), " ", t.shape_string());
+        std::vector<int64_t> out;
+        out.reserve(static_cast<size_t>(t.numel()));
+        visit_values<int64_t>(
+            file, t, [&](const int64_t* v, size_t count) { out.insert(out.end(), v, v + count); });
+        return out;
+    };
+    const std::vector<int64_t> position = values(kSamplerPosition);
+    const std::vector<int64_t> sizes = values(kSamplerBatchSizes);
+    const std::vector<int64_t> indices = values(kSamplerIndices);
+    check(position.size() == 2, file.source, ": tensor '", kSamplerPosition,
+          "' must hold (epoch, position), got ", position.size(), " values");
+    nn::BatchSampler::State state;
+    state.epoch = position[0];
+    state.position = position[1];
+    size_t next = 0;
+    for (size_t b = 0; b < sizes.size(); ++b) {
+        check(sizes[b] >= 1 && static_cast<uint64_t>(sizes[b]) <= indices.size() - next,
+              file.source, ": ", kSamplerBatchSizes, "[", b, "] = ", sizes[b], " with ",
+              indices.size() - next, " of the ", indices.size(), " indices left");
+        state.batches.emplace_back(indices.begin() + static_cast<int64_t>(next),
+                                   indices.begin() + static_cast<int64_t>(next + sizes[b]));
+        next += static_cast<size_t>(sizes[b]);
+    }
+    check(next == indices.size(), file.source, ": ", kSamplerBatchSizes, " sum to ", next,
+          ", but '", kSamplerIndices, "' holds ", indices.size(), " indices");
+    try {
+        sampler.check_state(state);
+    } catch (const Error& e) {
+        fail(file.source, ": ", e.what());
+    }
+    return state;
+}
+
+}  // namespace detail
+
+// load_checkpoint that also restores the sampler's place in the data (saved by
+// save_checkpoint(path, model, sampler)); the sampler must be built over the same data set.
+// Nothing changes, model or sampler, when anything is missing or mismatched.
+template <typename T>
+void load_checkpoint(const std::string& path, nn::SequenceModel<T>& model,
+                     nn::BatchSampler& sampler) {
+    const TensorFileReader file(path);
+    nn::BatchSampler::State state = detail::read_sampler_state(file, sampler);
+    detail::load_checkpoint_from(file, model);
+    sampler.set_state(std::move(state));
+}
+
+template <typename T>
+void load_checkpoint(const TensorFile& file, nn::SequenceModel<T>& model,
+                     nn::BatchSampler& sampler) {
+    nn::BatchSampler::State state = detail::read_sampler_state(file, sampler);
+    detail::load_checkpoint_from(file, model);
+    sampler.set_state(std::move(state));
 }
 
 }  // namespace lstm::io

@@ -20,8 +20,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -95,13 +97,14 @@ struct Tensor {
     ScalarType dtype = ScalarType::f32;
     std::vector<int64_t> shape;
     std::vector<unsigned char> bytes;
-    // The file it was read from, empty for a tensor made in memory; not part of its value (==
-    // ignores it), only named in error messages, so that they say which file to fix.
-    std::string source;
+    // The file it was read from, null for a tensor made in memory; not part of its value (==
+    // ignores it), only named in error messages, so that they say which file to fix. Shared by
+    // every tensor of a file: a copy of the path in each was most of a large header's index.
+    std::shared_ptr<const std::string> source;
 
     // "FILE: tensor 'NAME'" (or "tensor 'NAME'"), how error messages start.
     std::string label() const {
-        return (source.empty() ? "" : source + ": ") + "tensor '" + name + "'";
+        return (source && !source->empty() ? *source + ": " : "") + "tensor '" + name + "'";
     }
 
     // The element count. A negative size, or a count past 2^63 - 1 (a shape set by hand; the
@@ -200,6 +203,99 @@ inline bool operator==(const Tensor& a, const Tensor& b) {
 }
 inline bool operator!=(const Tensor& a, const Tensor& b) { return !(a == b); }
 
+namespace detail {
+
+// Positions 0..n-1 of named items (tensors), ordered by name, for lookups by name and by prefix
+// in O(log n). 4 bytes an item, where a std::map of the names took 80 and a copy of each long
+// name: a header's index is built once (build), then items added one by one (insert) go to a
+// short unsorted tail, merged into the sorted part once it outgrows sqrt(n), so that adding n
+// items stays O(n sqrt n) in the worst case and a lookup scans at most sqrt(n) names.
+// `name_of(k)` gives the name of item k (a std::string or std::string_view).
+class NameIndex {
+public:
+    // Sorts positions 0..n-1 (exactly n entries, no spare capacity). Returns the first position,
+    // in position order, whose name an earlier position already has, or -1 when all differ.
+    template <typename NameOf>
+    int64_t build(size_t n, const NameOf& name_of) {
+        check(n <= std::numeric_limits<uint32_t>::max(), "more than 2^32 - 1 tensors");
+        tail_.clear();
+        sorted_.clear();
+        sorted_.shrink_to_fit();
+        sorted_.reserve(n);
+        for (size_t k = 0; k < n; ++k) sorted_.push_back(static_cast<uint32_t>(k));
+        std::sort(sorted_.begin(), sorted_.end(), [&](uint32_t a, uint32_t b) {
+            const int c = std::string_view(name_of(a)).compare(name_of(b));
+            return c != 0 ? c < 0 : a < b;
+        });
+        int64_t first = -1;
+        for (size_t k = 1; k < sorted_.size(); ++k)
+            if (std::string_view(name_of(sorted_[k])) ==
+                    std::string_view(name_of(sorted_[k - 1])) &&
+                (first < 0 || sorted_[k] < first))
+                first = sorted_[k];
+        return first;
+    }
+
+    // Adds position k, whose name no other item has (the caller checked with find).
+    template <typename NameOf>
+    void insert(uint32_t k, const NameOf& name_of) {
+        tail_.push_back(k);
+        if (tail_.size() <= 16 || tail_.size() * tail_.size() <= sorted_.size()) return;
+        const auto less = [&](uint32_t a, uint32_t b) {
+            return std::string_view(name_of(a)) < std::string_view(name_of(b));
+        };
+        std::sort(tail_.begin(), tail_.end(), less);
+        const auto middle = static_cast<std::ptrdiff_t>(sorted_.size());
+        sorted_.insert(sorted_.end(), tail_.begin(), tail_.end());
+        std::inplace_merge(sorted_.begin(), sorted_.begin() + middle, sorted_.end(), less);
+        tail_.clear();
+    }
+
+    // The position of the item called `name`, or -1.
+    template <typename NameOf>
+    int64_t find(std::string_view name, const NameOf& name_of) const {
+        const auto it = std::lower_bound(
+            sorted_.begin(), sorted_.end(), name,
+            [&](uint32_t k, std::string_view n) { return std::string_view(name_of(k)) < n; });
+        if (it != sorted_.end() && std::string_view(name_of(*it)) == name) return *it;
+        for (uint32_t k : tail_)
+            if (std::string_view(name_of(k)) == name) return k;
+        return -1;
+    }
+
+    // The positions of the items whose names start with `prefix`, in position order.
+    template <typename NameOf>
+    std::vector<uint32_t> with_prefix(std::string_view prefix, const NameOf& name_of) const {
+        const auto starts = [&](uint32_t k) {
+            return std::string_view(name_of(k)).substr(0, prefix.size()) == prefix;
+        };
+        std::vector<uint32_t> hits;
+        for (auto it = std::lower_bound(
+                 sorted_.begin(), sorted_.end(), prefix,
+                 [&](uint32_t k, std::string_view p) { return std::string_view(name_of(k)) < p; });
+             it != sorted_.end() && starts(*it); ++it)
+            hits.push_back(*it);
+        for (uint32_t k : tail_)
+            if (starts(k)) hits.push_back(k);
+        std::sort(hits.begin(), hits.end());
+        return hits;
+    }
+
+private:
+    std::vector<uint32_t> sorted_, tail_;
+};
+
+// The name of item k of a vector of tensors, for NameIndex.
+template <typename Item>
+struct NamesOf {
+    const std::vector<Item>* items;
+    const std::string& operator()(uint32_t k) const { return (*items)[k].name; }
+};
+
+struct TensorFileAccess;  // lets the reader hand a parsed file its tensors and index at once
+
+}  // namespace detail
+
 // The contents of one safetensors file: tensors in header order, names unique, plus the
 // optional string-to-string metadata.
 class TensorFile {
@@ -214,20 +310,21 @@ public:
         tensor.check_bytes();
         check(tensor.name != kMetadataKey, source, ": '", kMetadataKey,
               "' is reserved for metadata and cannot name a tensor");
-        check(index_.count(tensor.name) == 0, source, ": duplicate tensor name '", tensor.name,
-              "'");
-        index_.emplace(tensor.name, tensors_.size());
+        check(!contains(tensor.name), source, ": duplicate tensor name '", tensor.name, "'");
+        check(tensors_.size() < std::numeric_limits<uint32_t>::max(), source,
+              ": a file holds at most 2^32 - 1 tensors");
         tensors_.push_back(std::move(tensor));
+        index_.insert(static_cast<uint32_t>(tensors_.size() - 1), names());
     }
 
     const std::vector<Tensor>& tensors() const { return tensors_; }
     size_t size() const { return tensors_.size(); }
-    bool contains(const std::string& name) const { return index_.count(name) != 0; }
+    bool contains(const std::string& name) const { return index_.find(name, names()) >= 0; }
 
     // The tensor called `name`, or null.
     const Tensor* find(const std::string& name) const {
-        const auto it = index_.find(name);
-        return it == index_.end() ? nullptr : &tensors_[it->second];
+        const int64_t k = index_.find(name, names());
+        return k < 0 ? nullptr : &tensors_[static_cast<size_t>(k)];
     }
 
     // The tensor called `name`; the error lists the names the file has.
@@ -239,30 +336,37 @@ public:
     // The tensors whose names start with `prefix`, in header order; found through the sorted
     // name index, so asking for many prefixes costs O(matches log n) each, not a scan each.
     std::vector<const Tensor*> with_prefix(const std::string& prefix) const {
-        std::vector<size_t> hits;
-        for (auto it = index_.lower_bound(prefix);
-             it != index_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
-            hits.push_back(it->second);
-        std::sort(hits.begin(), hits.end());
         std::vector<const Tensor*> out;
-        out.reserve(hits.size());
-        for (size_t k : hits) out.push_back(&tensors_[k]);
+        for (uint32_t k : index_.with_prefix(prefix, names())) out.push_back(&tensors_[k]);
         return out;
     }
 
-    // "'a', 'b', 'c'" (or "no tensors"), for messages.
+    // "'a', 'b', 'c'" (or "no tensors"), for messages; past 64 names, "and N more".
     std::string name_list() const {
         if (tensors_.empty()) return "no tensors";
         std::string out;
-        for (const Tensor& t : tensors_) out += (out.empty() ? "'" : ", '") + t.name + "'";
+        for (size_t k = 0; k < tensors_.size() && k < 64; ++k)
+            out += (k ? ", '" : "'") + tensors_[k].name + "'";
+        if (tensors_.size() > 64) out += ", and " + std::to_string(tensors_.size() - 64) + " more";
         return out;
+    }
+
+    // Calls fn(const unsigned char* bytes, size_t count) on the bytes of `t`, one of this file's
+    // tensors (host memory), when it has any: the interface of TensorFileReader, whose tensors
+    // stay in the file, so that loaders take either.
+    template <typename Fn>
+    void visit_bytes(const Tensor& t, Fn&& fn) const {
+        if (!t.bytes.empty()) fn(t.bytes.data(), t.bytes.size());
     }
 
     static constexpr const char* kMetadataKey = "__metadata__";
 
 private:
+    friend struct detail::TensorFileAccess;
+    detail::NamesOf<Tensor> names() const { return {&tensors_}; }
+
     std::vector<Tensor> tensors_;
-    std::map<std::string, size_t> index_;
+    detail::NameIndex index_;
 };
 
 inline bool operator==(const TensorFile& a, const TensorFile& b) {
@@ -294,15 +398,209 @@ TensorFile parse_safetensors(const void* data, size_t size, const std::string& s
 TensorFile parse_safetensors(const std::vector<unsigned char>& bytes,
                              const std::string& source = "<memory>");
 
-// Reads and parses the safetensors file at `path`; errors name the path.
+// Reads and parses the safetensors file at `path`; errors name the path. The tensors' bytes are
+// read straight into their Tensors (no host copy of the whole file); files that cannot be read at
+// an offset (a FIFO, /proc) are read whole first.
 TensorFile read_safetensors(const std::string& path);
+
+// Memory the header's parse may take, checked with lstm::MemoryRequest before it is allocated: the
+// index of a header of tensor entries takes at most about 3 bytes per header byte (a Tensor or
+// TensorInfo per entry, its shape, 12 bytes of index and offsets), asked for before the parse
+// starts; what a header needs beyond that (a __metadata__ of many short strings takes about 14
+// bytes per header byte, one std::map node each) is asked for in steps as the parse grows, so a
+// header the machine cannot index is refused with lstm::OutOfMemory, never allocated blind.
+constexpr uint64_t kHeaderIndexBytesPerByte = 3;
+
+// Name, dtype and shape of one tensor of a file opened with TensorFileReader, and where its bytes
+// lie: the accessors Tensor has for these, so that code reading either takes both.
+struct TensorInfo {
+    std::string name;
+    ScalarType dtype = ScalarType::f32;
+    std::vector<int64_t> shape;
+    uint64_t offset = 0;  // of its first byte, from the start of the file
+    uint64_t size = 0;    // bytes: numel() * element_size(dtype), checked by the reader
+
+    int rank() const { return static_cast<int>(shape.size()); }
+    std::string shape_string() const { return io::shape_string(shape); }
+    // The reader checked that the count fits in 63 bits.
+    int64_t numel() const { return static_cast<int64_t>(size / element_size(dtype)); }
+};
+
+// A safetensors file opened for reading: its header parsed and checked exactly as
+// read_safetensors checks it (the same errors), the tensors' bytes left in the file and read on
+// request, a piece at a time. Loading from it (io::load_checkpoint(path, model),
+// io::import_lstm(path)) copies each tensor from the file to its destination, so the host memory
+// a load adds is the header's index and a piece or two (kReadPieceBytes), not the file. Copies
+// share the open file; it is closed with the last one. A file truncated or rewritten in place while
+// it is read gives an error (a short read) or the bytes it then holds: this library's writers
+// replace a file whole (a rename), never in place.
+class TensorFileReader {
+public:
+    // Opens and parses `path`; errors name it. Files that cannot be read at an offset (a FIFO,
+    // /proc) are read whole into host memory first.
+    explicit TensorFileReader(const std::string& path);
+
+    std::string source;  // the path, for messages
+    std::map<std::string, std::string> metadata;
+
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+    size_t size() const { return tensors_.size(); }
+    bool contains(const std::string& name) const { return index_.find(name, names()) >= 0; }
+    const TensorInfo* find(const std::string& name) const {
+        const int64_t k = index_.find(name, names());
+        return k < 0 ? nullptr : &tensors_[static_cast<size_t>(k)];
+    }
+    const TensorInfo& at(const std::string& name) const;
+    std::vector<const TensorInfo*> with_prefix(const std::string& prefix) const {
+        std::vector<const TensorInfo*> out;
+        for (uint32_t k : index_.with_prefix(prefix, names())) out.push_back(&tensors_[k]);
+        return out;
+    }
+    std::string name_list() const;  // as TensorFile::name_list
+
+    // The largest piece visit_bytes hands over at once (a multiple of every element size).
+    static constexpr size_t kReadPieceBytes = size_t{256} << 10;
+
+    // Calls fn(const unsigned char* bytes, size_t count) on consecutive pieces of the bytes of
+    // `t` (one of this file's tensors), in order, each at most kReadPieceBytes and valid during
+    // the call (host memory, read from the file into one buffer reused for every piece). A read
+    // error or a file shorter than its header said throws, naming the file.
+    template <typename Fn>
+    void visit_bytes(const TensorInfo& t, Fn&& fn) const {
+        if (t.size == 0) return;
+        if (whole_ != nullptr) {
+            fn(whole_ + t.offset, static_cast<size_t>(t.size));
+            return;
+        }
+        // Small and fixed, so not asked of MemoryRequest: a load checks everything first and then
+        // must not be refused half way.
+        const size_t piece = static_cast<size_t>(std::min<uint64_t>(t.size, kReadPieceBytes));
+        std::vector<unsigned char> buffer(piece);
+        for (uint64_t done = 0; done < t.size;) {
+            const size_t n = static_cast<size_t>(std::min<uint64_t>(piece, t.size - done));
+            read_bytes(t.offset + done, buffer.data(), n);
+            fn(static_cast<const unsigned char*>(buffer.data()), n);
+            done += n;
+        }
+    }
+
+    // Reads bytes [offset, offset + count) of the file into `dst` (host memory); overwrites.
+    void read_bytes(uint64_t offset, void* dst, size_t count) const;
+
+    // "FILE: tensor 'NAME'", how error messages about `t` start.
+    std::string label(const TensorInfo& t) const { return source + ": tensor '" + t.name + "'"; }
+
+    // A Tensor holding a copy of `t`'s bytes (host memory).
+    Tensor load(const TensorInfo& t) const;
+
+    struct File;  // opaque: the open descriptor, or the contents of a file read whole
+
+private:
+    detail::NamesOf<TensorInfo> names() const { return {&tensors_}; }
+
+    std::shared_ptr<const File> file_;
+    const unsigned char* whole_ = nullptr;  // the contents, when the file was read whole
+    std::vector<TensorInfo> tensors_;
+    detail::NameIndex index_;
+};
+
+// ---- Writer (lstm/io/safetensors_write.cpp) ----
+
+// The largest piece of a tensor the writer asks a TensorSource's `fill` for, and the size of the
+// one staging buffer it allocates for them: with the header, all a streamed write adds to host
+// memory, whatever the size of the file.
+constexpr size_t kWriteChunkBytes = size_t{4} << 20;
+
+// One tensor to write, described without its bytes, which the writer takes from where they live
+// as it streams the file: straight from `host`, or chunk by chunk from `fill`.
+struct TensorSource {
+    std::string name;
+    ScalarType dtype = ScalarType::f32;
+    std::vector<int64_t> shape;
+    // The tensor's bytes in host memory (byte_count() of them, row-major, little-endian), read
+    // until the write returns; null: `fill` gives them.
+    const void* host = nullptr;
+    // Overwrites dst (host, `size` bytes) with bytes [offset, offset + size) of the tensor; asked
+    // in increasing offset order, size <= kWriteChunkBytes. For memory the host cannot read
+    // directly (a GPU buffer); an exception it throws ends the write like a failed write().
+    std::function<void(uint64_t offset, size_t size, void* dst)> fill;
+
+    // A source reading numel(shape) values of T at `values` (host).
+    template <typename T>
+    static TensorSource of(std::string name, std::vector<int64_t> shape, const T* values) {
+        TensorSource s;
+        s.name = std::move(name);
+        s.dtype = scalar_type_of<T>();
+        s.shape = std::move(shape);
+        s.host = values;
+        return s;
+    }
+
+    // A source reading the bytes `tensor` holds (host), which must outlive the write.
+    static TensorSource of(const Tensor& tensor) {
+        TensorSource s;
+        s.name = tensor.name;
+        s.dtype = tensor.dtype;
+        s.shape = tensor.shape;
+        s.host = tensor.bytes.data();
+        return s;
+    }
+
+    // numel(shape) * element_size(dtype); a negative size or an overflow is refused by name.
+    uint64_t byte_count() const {
+        Tensor described;
+        described.name = name;
+        described.dtype = dtype;
+        described.shape = shape;
+        return described.byte_count();
+    }
+};
 
 // The bytes of a safetensors file holding `file`. The header lists the tensors in file order
 // and is padded with spaces to a multiple of 8 bytes; the data of 8-byte types comes first so
 // that every tensor is aligned to its element size (as the reference writer does).
 std::vector<unsigned char> serialize_safetensors(const TensorFile& file);
 
-// Writes `file` to `path` (replacing it); errors name the path.
+// The same bytes for tensors described by sources (in header order, names unique) and
+// `metadata`: what write_safetensors(path, tensors, metadata) writes.
+std::vector<unsigned char> serialize_safetensors(
+    const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata);
+
+// Writes the safetensors file of `tensors` (in header order, names unique) and `metadata` to
+// `path`, streaming: the header is computed from the descriptions, then each tensor's bytes are
+// written from where they live, so the file is never held in memory. The bytes are exactly
+// serialize_safetensors(tensors, metadata)'s. Everything is checked before `path` is touched.
+//
+// What `path` names decides how it is written:
+// - a regular file, or nothing yet: replaced whole or not at all. The bytes go to a temporary
+//   "<name>.tmp-XXXXXX" beside it (a name of its own per call), which is flushed to disk (fsync),
+//   renamed over `path`, and the directory flushed: once the call returns, the new file survives
+//   a crash of the process or of the machine; concurrent writers each leave a whole file (the
+//   last rename wins) and readers only ever see a whole file. A failure removes the temporary
+//   and its error names the path and says the previous file is unchanged. Temporaries a killed
+//   writer left beside `path` are removed by the next write of `path`: a writer holds an flock
+//   on its temporary until it is renamed or removed, so only unlocked ones are stale.
+// - a symbolic link: the file it names, as above (the link stays).
+// - a character device or a FIFO, or a path through /proc/<pid>/fd such as /dev/stdout: written
+//   in place, as a shell's `>` does (a FIFO waits for its reader), never replaced; a failure
+//   (ENOSPC from /dev/full, EPIPE from a reader that left: no SIGPIPE is raised) names the path
+//   and how many bytes had been written.
+// - a directory, a block device, a socket, or a file of a kernel interface (/proc, /sys): refused.
+void write_safetensors(const std::string& path, const std::vector<TensorSource>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes `file` to `path` as above (its tensors' bytes streamed from `file`); errors name the path.
 void write_safetensors(const std::string& path, const TensorFile& file);
+
+namespace detail {
+
+// The steps of write_safetensors that can fail with an errno.
+enum class WriteStep { none, create, write, fsync_file, rename, fsync_directory };
+
+// Test hook: the next write_safetensors on this thread fails at `step` as if its system call had
+// returned `error` (errno), then the hook is cleared. WriteStep::none clears it.
+void inject_write_failure(WriteStep step, int error);
+
+}  // namespace detail
 
 }  // namespace lstm::io

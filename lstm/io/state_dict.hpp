@@ -69,9 +69,51 @@ inline std::string shape_of_entry(const ParamEntry& e) {
                        : "(" + std::to_string(e.rows) + ", " + std::to_string(e.cols) + ")";
 }
 
-inline bool entry_matches(const ParamEntry& e, const Tensor& t) {
+// `t` is a Tensor or a TensorInfo.
+template <typename Entry>
+bool entry_matches(const ParamEntry& e, const Entry& t) {
     if (e.cols == 0) return t.shape == std::vector<int64_t>{e.rows};
     return t.shape == std::vector<int64_t>{e.rows, e.cols};
+}
+
+// Whether File is one of the two kinds of file of tensors the loaders take: a TensorFile (in
+// memory) or a TensorFileReader (the tensors' bytes still in the file).
+template <typename File>
+constexpr bool is_tensor_file_v =
+    std::is_same_v<File, TensorFile> || std::is_same_v<File, TensorFileReader>;
+
+// Calls fn(const T* values, size_t count) on consecutive pieces of the elements of tensor `t` of
+// `file` (host memory, aligned, valid during the call; at most kStagedBytes of them at once):
+// copied as they are when t's dtype is T's, widened exactly when t is F32 and T double (the
+// caller checked the dtype and the shape). The pieces go through one small staging buffer,
+// so a tensor read from a file never needs a host copy of its own size.
+inline constexpr size_t kStagedBytes = size_t{256} << 10;
+
+template <typename T, typename File, typename Entry, typename Fn>
+void visit_values(const File& file, const Entry& t, Fn&& fn) {
+    const bool widen = t.dtype != scalar_type_of<T>();
+    check(!widen || (t.dtype == ScalarType::f32 && std::is_same_v<T, double>), file.source,
+          ": tensor '", t.name, "' has dtype ", to_string(t.dtype), ", expected ",
+          to_string(scalar_type_of<T>()));
+    const size_t in_size = widen ? sizeof(float) : sizeof(T);
+    std::vector<T> staged;
+    file.visit_bytes(t, [&](const unsigned char* bytes, size_t n) {
+        for (size_t at = 0; at < n;) {
+            const size_t count = std::min(n - at, kStagedBytes / sizeof(T) * in_size) / in_size;
+            staged.resize(count);
+            if (widen) {
+                for (size_t i = 0; i < count; ++i) {
+                    float f;
+                    std::memcpy(&f, bytes + at + i * sizeof(float), sizeof(float));
+                    staged[i] = static_cast<T>(f);
+                }
+            } else {
+                std::memcpy(staged.data(), bytes + at, count * sizeof(T));
+            }
+            fn(static_cast<const T*>(staged.data()), count);
+            at += count * in_size;
+        }
+    });
 }
 
 }  // namespace detail
@@ -81,14 +123,16 @@ inline bool entry_matches(const ParamEntry& e, const Tensor& t) {
 // "_reverse" name, hidden size from weight_ih_l0's rows / 4, input size from its columns, bias
 // from whether layer 0 has a bias tensor, proj_size from weight_hr_l0's rows (0 without it). Then
 // checks that exactly the expected tensors are present with the expected shapes and a floating
-// dtype; the error lists every missing, extra and mis-shaped tensor at once.
-inline Config infer_lstm_config(const TensorFile& file, const std::string& prefix = "") {
+// dtype; the error lists every missing, extra and mis-shaped tensor at once. `file` is a
+// TensorFile or a TensorFileReader (only the header is read).
+template <typename File, typename = std::enable_if_t<detail::is_tensor_file_v<File>>>
+Config infer_lstm_config(const File& file, const std::string& prefix = "") {
     // Through the name index: lstm_tool info infers a config for every candidate prefix, and a
     // scan of the whole file per prefix made that quadratic in the number of tensors.
-    const std::vector<const Tensor*> ours = file.with_prefix(prefix);
+    const auto ours = file.with_prefix(prefix);
     const std::string where = file.source + (prefix.empty() ? "" : " (prefix '" + prefix + "')");
 
-    const Tensor* w0 = file.find(prefix + "weight_ih_l0");
+    const auto* w0 = file.find(prefix + "weight_ih_l0");
     if (w0 == nullptr)
         fail(where, ": not an nn.LSTM state_dict: no tensor '", prefix,
              "weight_ih_l0'; the file has ", file.name_list());
@@ -103,7 +147,7 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
     // missing the other, rather than passing as bias=False with an unexpected tensor.
     config.bias =
         file.find(prefix + "bias_ih_l0") != nullptr || file.find(prefix + "bias_hh_l0") != nullptr;
-    if (const Tensor* hr0 = file.find(prefix + "weight_hr_l0")) {
+    if (const auto* hr0 = file.find(prefix + "weight_hr_l0")) {
         // Only the rows decide proj_size: columns other than hidden_size are then listed below
         // as a wrong shape, with every other problem. Rows of hidden_size or more are refused
         // here, as nn.LSTM refuses them: no valid config has such a projection to check against.
@@ -114,7 +158,7 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
         config.proj_size = hr0->shape[0];
     }
     int64_t max_layer = 0;
-    for (const Tensor* t : ours) {
+    for (const auto* t : ours) {
         std::string kind;
         int64_t layer = 0;
         bool reverse = false;
@@ -141,7 +185,7 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
     std::set<std::string> expected_names;
     for (const ParamEntry& e : expected) {
         expected_names.insert(prefix + e.name);
-        const Tensor* t = file.find(prefix + e.name);
+        const auto* t = file.find(prefix + e.name);
         if (t == nullptr) {
             missing.push_back(prefix + e.name + " " + detail::shape_of_entry(e));
             continue;
@@ -152,7 +196,7 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
         if (t->dtype != ScalarType::f32 && t->dtype != ScalarType::f64)
             wrong_dtype.push_back(t->name + " is " + to_string(t->dtype));
     }
-    for (const Tensor* t : ours)
+    for (const auto* t : ours)
         if (!expected_names.count(t->name)) extra.push_back(t->name);
     if (missing.empty() && misshaped.empty() && extra.empty() && wrong_dtype.empty()) return config;
 
@@ -174,26 +218,32 @@ inline Config infer_lstm_config(const TensorFile& file, const std::string& prefi
 // Copies the parameters under `prefix` into a flat buffer of param_count(config) elements in
 // PyTorch parameters() order (host memory). `config` must be what infer_lstm_config() returns for
 // the file (call it first, or use import_lstm()). F32 tensors widen exactly into double; F64
-// tensors into float would round, which is refused rather than done silently.
-template <typename T>
-std::vector<T> import_lstm_params(const TensorFile& file, const Config& config,
+// tensors into float would round, which is refused rather than done silently. `file` is a
+// TensorFile or a TensorFileReader (whose tensors are read from the file a piece at a time).
+template <typename T, typename File, typename = std::enable_if_t<detail::is_tensor_file_v<File>>>
+std::vector<T> import_lstm_params(const File& file, const Config& config,
                                   const std::string& prefix = "") {
-    std::vector<T> params(static_cast<size_t>(param_count(config)));
+    // Every tensor is checked before the buffer is allocated and anything is read.
     for (const ParamEntry& e : param_entries(config)) {
-        const Tensor& t = file.at(prefix + e.name);
+        const auto& t = file.at(prefix + e.name);
         check(detail::entry_matches(e, t), file.source, ": ", t.name, " has shape ",
               t.shape_string(), ", expected ", detail::shape_of_entry(e));
+        check(t.dtype == scalar_type_of<T>() ||
+                  (t.dtype == ScalarType::f32 && std::is_same_v<T, double>),
+              file.source, ": ", t.name, " has dtype ", to_string(t.dtype),
+              " and cannot be imported into ", to_string(scalar_type_of<T>()),
+              " parameters without rounding; convert the file first");
+    }
+    MemoryRequest()
+        .add("parameters", MemoryRequest::bytes({param_count(config)}, sizeof(T)))
+        .check([&] { return "import_lstm_params (" + file.source + ")"; });
+    std::vector<T> params(static_cast<size_t>(param_count(config)));
+    for (const ParamEntry& e : param_entries(config)) {
         T* dst = params.data() + e.offset;
-        if (t.dtype == scalar_type_of<T>()) {
-            std::memcpy(dst, t.bytes.data(), t.bytes.size());
-        } else if (t.dtype == ScalarType::f32 && std::is_same_v<T, double>) {
-            const std::vector<float> v = t.values<float>();
-            std::copy(v.begin(), v.end(), dst);
-        } else {
-            fail(file.source, ": ", t.name, " has dtype ", to_string(t.dtype),
-                 " and cannot be imported into ", to_string(scalar_type_of<T>()),
-                 " parameters without rounding; convert the file first");
-        }
+        detail::visit_values<T>(file, file.at(prefix + e.name), [&](const T* v, size_t n) {
+            std::memcpy(dst, v, n * sizeof(T));
+            dst += n;
+        });
     }
     return params;
 }
@@ -206,18 +256,20 @@ struct ImportedLstm {
 };
 
 // infer_lstm_config() followed by import_lstm_params().
-template <typename T>
-ImportedLstm<T> import_lstm(const TensorFile& file, const std::string& prefix = "") {
+template <typename T, typename File, typename = std::enable_if_t<detail::is_tensor_file_v<File>>>
+ImportedLstm<T> import_lstm(const File& file, const std::string& prefix = "") {
     ImportedLstm<T> out;
     out.config = infer_lstm_config(file, prefix);
     out.params = import_lstm_params<T>(file, out.config, prefix);
     return out;
 }
 
-// Reads a safetensors file and imports the nn.LSTM under `prefix`.
+// Reads a safetensors file and imports the nn.LSTM under `prefix`: the parameters are read from
+// the file straight into the result (TensorFileReader), so the host memory this adds beyond the
+// result is the header's index and a staging piece, not the file.
 template <typename T>
 ImportedLstm<T> import_lstm(const std::string& path, const std::string& prefix = "") {
-    return import_lstm<T>(read_safetensors(path), prefix);
+    return import_lstm<T>(TensorFileReader(path), prefix);
 }
 
 // Appends the tensors of a flat parameter (or gradient) buffer to `file` under PyTorch's names
@@ -236,13 +288,23 @@ void export_lstm(TensorFile& file, const Config& config, Span<const T> params,
     }
 }
 
-// Writes the parameters as a safetensors state_dict at `path`.
+// Writes the parameters as a safetensors state_dict at `path` (as write_safetensors: a file is
+// replaced whole, durably), streamed from `params` (host, param_count(config) elements) without
+// a copy: the same bytes as export_lstm into a TensorFile, then write_safetensors.
 template <typename T>
 void export_lstm(const std::string& path, const Config& config, Span<const T> params,
                  const std::string& prefix = "") {
-    TensorFile file;
-    export_lstm(file, config, params, prefix);
-    write_safetensors(path, file);
+    config.validate();
+    check(params.size == param_count(config), "export_lstm: params has ", params.size,
+          " elements, expected param_count(config) = ", param_count(config));
+    std::vector<TensorSource> sources;
+    for (const ParamEntry& e : param_entries(config)) {
+        std::vector<int64_t> shape =
+            e.cols == 0 ? std::vector<int64_t>{e.rows} : std::vector<int64_t>{e.rows, e.cols};
+        sources.push_back(
+            TensorSource::of(prefix + e.name, std::move(shape), params.data + e.offset));
+    }
+    write_safetensors(path, sources);
 }
 
 }  // namespace lstm::io

@@ -18,22 +18,27 @@
 
 namespace lstm::nn {
 
-// A padded batch: x (T, N, I) time-major, zero past each sequence's end; lengths (N).
+// A padded batch: x (T, N, I) time-major, or (N, T, I) with batch_first, zero past each
+// sequence's end; lengths (N).
 template <typename T>
 struct PaddedBatch {
     std::vector<T> x;
     std::vector<int64_t> lengths;
     int64_t seq_len = 0, batch = 0, features = 0;
+    bool batch_first = false;
 
-    TensorView<const T> view() const { return {x.data(), {seq_len, batch, features}}; }
+    TensorView<const T> view() const {
+        if (batch_first) return {x.data(), {batch, seq_len, features}};
+        return {x.data(), {seq_len, batch, features}};
+    }
 };
 
-// Pads sequences[indices[n]] into column n (all sequences when indices is empty). Each sequence
-// is (length, features) row-major, length >= 1; T is the longest one's length (PyTorch's
-// pad_sequence with batch_first=False and padding_value 0).
+// Pads sequences[indices[n]] into sequence n of the batch (all sequences when indices is empty).
+// Each sequence is (length, features) row-major, length >= 1; T is the longest one's length
+// (PyTorch's pad_sequence with padding_value 0 and the same batch_first).
 template <typename T>
 PaddedBatch<T> pad_sequences(const std::vector<std::vector<T>>& sequences, int64_t features,
-                             const std::vector<int64_t>& indices = {}) {
+                             const std::vector<int64_t>& indices = {}, bool batch_first = false) {
     check(features >= 1, "pad_sequences: features must be >= 1, got ", features);
     std::vector<int64_t> pick = indices;
     if (pick.empty()) {
@@ -43,6 +48,7 @@ PaddedBatch<T> pad_sequences(const std::vector<std::vector<T>>& sequences, int64
     check(!pick.empty(), "pad_sequences: no sequences to pad");
     PaddedBatch<T> out;
     out.features = features;
+    out.batch_first = batch_first;
     out.batch = static_cast<int64_t>(pick.size());
     for (int64_t n = 0; n < out.batch; ++n) {
         const int64_t i = pick[n];
@@ -65,6 +71,10 @@ PaddedBatch<T> pad_sequences(const std::vector<std::vector<T>>& sequences, int64
     out.x.assign(static_cast<size_t>(out.seq_len * out.batch * features), T(0));
     for (int64_t n = 0; n < out.batch; ++n) {
         const std::vector<T>& s = sequences[pick[n]];
+        if (batch_first) {  // sequence n is one contiguous (T, I) block
+            std::copy(s.begin(), s.end(), out.x.begin() + n * out.seq_len * features);
+            continue;
+        }
         for (int64_t t = 0; t < out.lengths[n]; ++t)
             std::copy(s.begin() + t * features, s.begin() + (t + 1) * features,
                       out.x.begin() + (t * out.batch + n) * features);

@@ -10,19 +10,32 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <vector>
 
 #include "lstm/error.hpp"
 #include "lstm/tensor.hpp"
 
 namespace lstm::nn {
 
+namespace detail {
+template <typename T>
+struct SpanRange {
+    const Span<T>* first;
+    const Span<T>* last;
+    const Span<T>* begin() const { return first; }
+    const Span<T>* end() const { return last; }
+};
+}  // namespace detail
+
 // Scales the gradients in place so their global L2 norm is at most max_norm (> 0); returns the
 // norm before clipping. A non-finite norm (NaN or inf in a gradient) throws lstm::InvalidArgument
 // naming it when error_if_nonfinite (PyTorch's flag), else the gradients are scaled as PyTorch
 // would (NaN spreads; it is the caller's to notice the returned norm).
+// grads: `count` host buffers, each scaled in place.
 template <typename T>
-double clip_grad_norm(std::initializer_list<Span<T>> grads, double max_norm,
+double clip_grad_norm(const Span<T>* first, size_t count, double max_norm,
                       bool error_if_nonfinite = false) {
+    const detail::SpanRange<T> grads{first, first + count};
     check(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
     int64_t index = 0;
     for (const Span<T>& g : grads) {
@@ -48,6 +61,18 @@ double clip_grad_norm(std::initializer_list<Span<T>> grads, double max_norm,
     for (const Span<T>& g : grads)
         for (int64_t i = 0; i < g.size; ++i) g[i] *= scale;
     return total;
+}
+
+template <typename T>
+double clip_grad_norm(std::initializer_list<Span<T>> grads, double max_norm,
+                      bool error_if_nonfinite = false) {
+    return clip_grad_norm(grads.begin(), grads.size(), max_norm, error_if_nonfinite);
+}
+
+template <typename T>
+double clip_grad_norm(const std::vector<Span<T>>& grads, double max_norm,
+                      bool error_if_nonfinite = false) {
+    return clip_grad_norm(grads.data(), grads.size(), max_norm, error_if_nonfinite);
 }
 
 }  // namespace lstm::nn

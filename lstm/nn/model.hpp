@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "lstm/layer.hpp"
 #include "lstm/loss/cross_entropy.hpp"
 #include "lstm/loss/ctc.hpp"
+#include "lstm/nn/clip.hpp"
 #include "lstm/nn/dense.hpp"
 #include "lstm/nn/optim.hpp"
 #include "lstm/nn/sequence.hpp"
@@ -77,12 +79,19 @@ struct CtcHeadOptions {
 };
 
 struct ModelConfig {
+    // lstm.batch_first: x (N, T, I), ce_every_frame's targets (N, T) and the per-frame heads'
+    // logits() (N, T, C), batch-major as in PyTorch; time-major otherwise.
     Config lstm;
     int64_t classes = 0;
     bool dense_bias = false;  // Braun's heads have no bias
     Head head = Head::ce_last_step;
     AdamOptions adam;    // PyTorch's defaults (lr 1e-3), as in Braun's suite
     CtcHeadOptions ctc;  // Head::ctc only
+    // The weight decay of the biases (the LSTM's bias_ih/bias_hh, the dense bias), as a second
+    // torch.optim param group would set it; usually 0, so that AdamW decays only the weights.
+    // Unset: biases decay as adam.weight_decay says. When set, the optimizer holds one buffer
+    // per run of weights or biases in parameters() order (see SequenceModel::optimizer()).
+    std::optional<double> bias_weight_decay;
 };
 
 template <typename T>
@@ -93,39 +102,35 @@ public:
     SequenceModel(const ModelConfig& config, std::string_view variant, Device device = Device::cpu,
                   uint64_t seed = 0)
         : config_(config),
-          lstm_(config.lstm, variant, device),
+          lstm_(time_major(config.lstm), variant, device),
           dense_(config.lstm.output_size(), checked_classes(config.classes), config.dense_bias),
           adam_(config.adam),
           x_(device),
           lengths_(device),
+          x_t_(device),
+          logits_bf_(device),
           features_(device),
           dfeatures_(device),
           logits_(device),
           dlogits_(device),
           dy_(device),
           dhn_(device) {
-        // The model's x comes from nn::pad_sequences, time-major, and its heads read y that way.
-        check(!config.lstm.batch_first,
-              "ModelConfig.lstm.batch_first must be false: SequenceModel takes time-major (T, N, "
-              "I) batches as nn::pad_sequences builds them");
         check(config.ctc.blank >= 0 && config.ctc.blank < config.classes,
               "ModelConfig: ctc.blank must be in [0, classes = ", config.classes, "), got ",
               config.ctc.blank);
+        check(!config.bias_weight_decay || *config.bias_weight_decay >= 0,
+              "ModelConfig.bias_weight_decay must be >= 0, got ",
+              config.bias_weight_decay.value_or(0));
         lstm_.reset_parameters(seed);
         dense_.reset_parameters(seed + 1);
-        if (device == Device::cpu) {
-            adam_.add(lstm_.parameters(), lstm_.gradients());
-            adam_.add(dense_.parameters(), dense_.gradients());
-            return;
-        }
 #if LSTM_WITH_CUDA
-        cuda::Context& context = *lstm_.context();
-        dense_cuda_ = std::make_unique<DenseCuda<T>>(dense_.in_features(), dense_.out_features(),
-                                                     dense_.has_bias(), context);
-        dense_cuda_->load_parameters(std::as_const(dense_).parameters());
-        adam_.add(lstm_.parameters().view(), lstm_.gradients().view(), &context);
-        adam_.add(dense_cuda_->parameters(), dense_cuda_->gradients(), &context);
+        if (device == Device::cuda) {
+            dense_cuda_ = std::make_unique<DenseCuda<T>>(
+                dense_.in_features(), dense_.out_features(), dense_.has_bias(), *lstm_.context());
+            dense_cuda_->load_parameters(std::as_const(dense_).parameters());
+        }
 #endif
+        register_with_optimizer();
     }
 
     // One training step: zero the gradients, forward, batch-mean loss, backward, Adam update.
@@ -135,8 +140,11 @@ public:
     // time-major for ce_every_frame, the labels of all sequences concatenated for ctc, with
     // target_lengths (N) saying how many belong to each (ctc only).
     // Returns the loss before the update (on cuda this waits for the loss; the update is queued).
+    // A step that throws (bad arguments, memory refused) changes nothing: parameters, gradients,
+    // the optimizer's moments and step counts and the dropout state are as before the call.
     T train_step(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                  Span<const int64_t> target_lengths = {}) {
+        adam_.check_can_step();
         const T loss = compute_gradients(x, lengths, targets, target_lengths);
         adam_.step();
         return loss;
@@ -148,12 +156,23 @@ public:
     // "gradient computation"). Arguments and result as train_step.
     T compute_gradients(TensorView<const T> x, Span<const int64_t> lengths,
                         Span<const int64_t> targets, Span<const int64_t> target_lengths = {}) {
-        lstm_.zero_grad();
-        zero_dense_grad();
+        // Everything that can be refused (arguments, memory) is refused before the first change:
+        // the arguments here, memory by the forward and by reserve_backward, both before the
+        // gradients are zeroed. The guard puts the dropout count back if anything throws later.
+        check_step(x, lengths, targets, target_lengths);
+        DropoutRollback rollback(lstm_);
         const T loss = forward_loss(x, lengths, targets, target_lengths, true);
+        lstm_.reserve_backward(/*compute_dx=*/false);
         const TensorView<const T> y = lstm_.y();
         const int64_t seq_len = y.size(0), batch = y.size(1), width = y.size(2);
         const TensorView<T> dy = view(dy_, {seq_len, batch, width});
+        if (per_sequence_head()) {
+            view(dfeatures_, {batch, width});
+            if (config_.head == Head::ce_final_state)
+                reserve(dhn_, config_.lstm.num_cells() * batch * config_.lstm.state_size());
+        }
+        lstm_.zero_grad();
+        zero_dense_grad();
         if (per_sequence_head()) {
             const TensorView<T> dfeatures = view(dfeatures_, {batch, width});
             dense_backward(view(features_, {batch, width}), view(dlogits_, {batch, classes()}),
@@ -163,6 +182,7 @@ public:
                 const TensorView<const T> dhn = final_state_gradient(dfeatures);
                 if (dense_gradients_ready_) dense_gradients_ready_();
                 lstm_.backward(dy, dhn, {}, /*compute_dx=*/false);
+                rollback.commit();
                 return loss;
             }
         } else {
@@ -173,13 +193,32 @@ public:
         }
         if (dense_gradients_ready_) dense_gradients_ready_();
         lstm_.backward(dy, {}, {}, /*compute_dx=*/false);  // x is data: no gradient wanted
+        rollback.commit();
         return loss;
+    }
+
+    // Every gradient buffer of the model, in its memory space (host or device): the LSTM's flat
+    // gradients (param_count(config.lstm)), then the dense layer's (weight (C, D*S) row-major,
+    // then the bias). What clip_grad_norm(model, ...) clips and an allreduce must cover.
+    std::vector<TensorView<T>> gradient_buffers() {
+        std::vector<TensorView<T>> out;
+        out.push_back(lstm_.gradients().view());
+#if LSTM_WITH_CUDA
+        if (device() == Device::cuda) {
+            out.push_back(dense_cuda_->gradients());
+            return out;
+        }
+#endif
+        const Span<T> g = dense_.gradients();
+        out.push_back(TensorView<T>(g.data, {g.size}));
+        return out;
     }
 
     // The batch-mean loss without training (inference forward, no reserve); arguments as
     // train_step.
     T evaluate(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                Span<const int64_t> target_lengths = {}) {
+        check_step(x, lengths, targets, target_lengths);
         return forward_loss(x, lengths, targets, target_lengths, false);
     }
 
@@ -187,11 +226,19 @@ public:
     // (N, C) for the per-sequence heads (ce_last_step, ce_mean_pool), (T, N, C) for the per-frame
     // ones (ce_every_frame, ctc). For predictions: nn::argmax_classes (lstm/nn/predict.hpp), or
     // loss::ctc_greedy_decode for the ctc head.
+    // With config.lstm.batch_first the per-frame logits are (N, T, C), a batch-major copy.
     TensorView<const T> logits() const {
         check(logits_steps_ > 0, "SequenceModel::logits: no forward has run yet");
         const T* data = logits_.template as<T>();
         if (per_sequence_head())
             return TensorView<const T>(data, {logits_batch_, classes()}, device());
+        if (config_.lstm.batch_first) {
+            T* dst = static_cast<T*>(
+                logits_bf_.reserve(bytes_of(logits_steps_ * logits_batch_ * classes())));
+            lstm::detail::swap_leading_dims(device(), lstm_.context(), logits_steps_, logits_batch_,
+                                            classes(), data, dst);
+            return TensorView<const T>(dst, {logits_batch_, logits_steps_, classes()}, device());
+        }
         return TensorView<const T>(data, {logits_steps_, logits_batch_, classes()}, device());
     }
 
@@ -217,11 +264,163 @@ public:
         dense_gradients_ready_ = std::move(hook);
     }
     // The optimizer over the LSTM and dense buffers (set_lr for a schedule; step() is what
-    // train_step adds to compute_gradients).
+    // train_step adds to compute_gradients): buffer 0 the LSTM's parameters, 1 the dense
+    // layer's; with config.bias_weight_decay one buffer per run of weights or of biases, in
+    // parameters() order (the LSTM's, then the dense layer's weight and bias).
     Adam<T>& optimizer() { return adam_; }
     const ModelConfig& config() const { return config_; }
 
 private:
+    // Puts the LSTM's dropout count back unless the step got to its end.
+    class DropoutRollback {
+    public:
+        explicit DropoutRollback(LstmT<T>& lstm)
+            : lstm_(lstm), seed_(lstm.dropout_seed()), count_(lstm.dropout_count()) {}
+        DropoutRollback(const DropoutRollback&) = delete;
+        DropoutRollback& operator=(const DropoutRollback&) = delete;
+        ~DropoutRollback() {
+            if (!committed_) lstm_.set_dropout_state(seed_, count_);
+        }
+        void commit() { committed_ = true; }
+
+    private:
+        LstmT<T>& lstm_;
+        uint64_t seed_, count_;
+        bool committed_ = false;
+    };
+
+    static Config time_major(Config c) {
+        c.batch_first = false;  // the model transposes a batch-first x itself (stage_input)
+        return c;
+    }
+
+    // The optimizer's buffers: the LSTM's then the dense layer's parameters, each whole, or with
+    // config.bias_weight_decay cut into runs of weights and of biases.
+    void register_with_optimizer() {
+        const TensorView<T> lstm_params = lstm_.parameters().view();
+        const TensorView<T> lstm_grads = lstm_.gradients().view();
+        TensorView<T> dense_params, dense_grads;
+#if LSTM_WITH_CUDA
+        if (device() == Device::cuda) {
+            dense_params = dense_cuda_->parameters();
+            dense_grads = dense_cuda_->gradients();
+        }
+#endif
+        if (device() == Device::cpu) {
+            dense_params = TensorView<T>(dense_.parameters().data, {dense_.parameter_count()});
+            dense_grads = TensorView<T>(dense_.gradients().data, {dense_.parameter_count()});
+        }
+        if (!config_.bias_weight_decay) {
+            add_to_optimizer(lstm_params.data(), lstm_grads.data(), lstm_params.numel(), {});
+            add_to_optimizer(dense_params.data(), dense_grads.data(), dense_params.numel(), {});
+            return;
+        }
+        ParamGroup biases;
+        biases.weight_decay = config_.bias_weight_decay;
+        // Adjacent tensors of one kind share a buffer: per cell [w_ih w_hh], [b_ih b_hh], then
+        // w_hr with the next cell's weights.
+        const std::vector<ParamEntry> entries = param_entries(config_.lstm);
+        for (size_t k = 0; k < entries.size();) {
+            const bool bias = entries[k].cols == 0;
+            const int64_t begin = entries[k].offset;
+            int64_t end = begin;
+            for (; k < entries.size() && (entries[k].cols == 0) == bias; ++k)
+                end = entries[k].offset + entries[k].numel();
+            add_to_optimizer(lstm_params.data() + begin, lstm_grads.data() + begin, end - begin,
+                             bias ? biases : ParamGroup{});
+        }
+        const int64_t weights = dense_.out_features() * dense_.in_features();
+        add_to_optimizer(dense_params.data(), dense_grads.data(), weights, {});
+        if (dense_.has_bias())
+            add_to_optimizer(dense_params.data() + weights, dense_grads.data() + weights,
+                             dense_params.numel() - weights, biases);
+    }
+
+    // params (n) and grads (n) on the model's device.
+    void add_to_optimizer(T* params, const T* grads, int64_t n, const ParamGroup& group) {
+        if (device() == Device::cpu)
+            return adam_.add(Span<T>(params, n), Span<const T>(grads, n), group);
+        adam_.add(TensorView<T>(params, {n}, device()), TensorView<const T>(grads, {n}, device()),
+                  lstm_.context(), group);
+    }
+
+    // Every check of a step's arguments, before anything changes: x's shape, the lengths, the
+    // targets' count and range (ignore_index aside) or the CTC targets, as the losses would
+    // check them after the forward.
+    void check_step(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
+                    Span<const int64_t> target_lengths) {
+        // Only CTC reads it: for another head it would be dropped, and a pipeline wired for the
+        // wrong head would train on without notice.
+        check(target_lengths.empty() || config_.head == Head::ctc,
+              "SequenceModel: target_lengths is for the ctc head only; this model's head, ",
+              to_string(config_.head), ", takes none, got ", target_lengths.size, " entries");
+        // The layer takes N = 0 as PyTorch does, but a batch-mean loss of no sequences is NaN and
+        // a step on it would still move every weight by decay: an empty batch is a pipeline's
+        // slip here. (DataParallel lets a rank hold none; it never hands the model an empty x.)
+        // Lstm also takes one unbatched (T, I) sequence, but the heads read y as (T, N, F): such
+        // an x reached them as a batch of H sequences of no features (a crash in
+        // ce_final_state).
+        const bool bf = config_.lstm.batch_first;
+        check(x.rank() == 3, "SequenceModel: x must have rank 3 (", bf ? "N, T, I" : "T, N, I",
+              "), got shape ", x.shape_string(),
+              " (one sequence is a batch of N = 1: ", bf ? "(1, T, I))" : "(T, 1, I))");
+        const int64_t steps = x.size(bf ? 1 : 0), batch = x.size(bf ? 0 : 1);
+        if (batch == 0)
+            fail("SequenceModel: x has N = 0 sequences (shape ", x.shape_string(),
+                 "); a loss needs at least one");
+        check(steps >= 1, "SequenceModel: x has T = 0 steps (shape ", x.shape_string(), ")");
+        check(x.size(2) == config_.lstm.input_size, "SequenceModel: x has ", x.size(2),
+              " features (shape ", x.shape_string(), "), the LSTM's input_size is ",
+              config_.lstm.input_size);
+        check(x.data() != nullptr, "SequenceModel: x has no data");
+        lstm::detail::check_lengths(lengths, steps, batch);
+        // The count the head reads, said in its terms: the loss sees only rows of logits and
+        // names their count M, a name of its own.
+        if (per_sequence_head()) {
+            check(targets.size == batch,
+                  "SequenceModel: targets must have one class per sequence (N = ", batch,
+                  ") for the ", to_string(config_.head), " head, got ", targets.size);
+        } else if (config_.head == Head::ce_every_frame) {
+            check(targets.size == steps * batch,
+                  "SequenceModel: targets must have one class per frame, ",
+                  bf ? "batch-major (N * T = " : "time-major (T * N = ", bf ? batch : steps, " * ",
+                  bf ? steps : batch, " = ", steps * batch, ") for the ce_every_frame head, got ",
+                  targets.size);
+        }
+        if (config_.head == Head::ctc)
+            return check_ctc_targets(steps, batch, lengths, targets, target_lengths);
+        check(targets.size == 0 || targets.data != nullptr, "SequenceModel: targets has no data");
+        for (int64_t r = 0; r < targets.size; ++r) {
+            if (targets[r] == loss::kDefaultIgnoreIndex) continue;
+            if (targets[r] >= 0 && targets[r] < classes()) continue;
+            // A frame past its sequence's end is never read: its target may be anything.
+            if (config_.head == Head::ce_every_frame) {
+                const int64_t t = bf ? r % steps : r / batch, n = bf ? r / steps : r % batch;
+                if (!lengths.empty() && t >= lengths[n]) continue;
+            }
+            fail("SequenceModel: targets[", r, "] = ", targets[r], " is out of range for ",
+                 classes(), " classes (expected 0..", classes() - 1,
+                 ", or ignore_index = ", loss::kDefaultIgnoreIndex, ")");
+        }
+    }
+
+    // ctc_loss's own validation of the CTC targets, against the logits' shape (T, N, C).
+    void check_ctc_targets(int64_t steps, int64_t batch, Span<const int64_t> lengths,
+                           Span<const int64_t> targets, Span<const int64_t> target_lengths) {
+        if (lengths.empty()) {
+            full_lengths_.assign(static_cast<size_t>(batch), steps);
+            lengths = Span<const int64_t>(full_lengths_);
+        }
+        loss::CtcArgs<T> args;
+        args.logits = view(logits_, {steps, batch, classes()});
+        args.targets = TensorView<const int64_t>(targets.data, {targets.size});
+        args.input_lengths = lengths;
+        args.target_lengths = target_lengths;
+        args.blank = config_.ctc.blank;
+        args.context = lstm_.context();
+        loss::ctc_detail::validate(args, loss::CtcOutputs<T>{});
+    }
+
     static int64_t checked_classes(int64_t classes) {
         check(classes >= 1, "ModelConfig.classes must be >= 1, got ", classes);
         return classes;
@@ -235,37 +434,9 @@ private:
         return dense_;
     }
 
+    // Arguments as train_step, checked by check_step.
     T forward_loss(TensorView<const T> x, Span<const int64_t> lengths, Span<const int64_t> targets,
                    Span<const int64_t> target_lengths, bool training) {
-        // Only CTC reads it: for another head it would be dropped, and a pipeline wired for the
-        // wrong head would train on without notice.
-        check(target_lengths.empty() || config_.head == Head::ctc,
-              "SequenceModel: target_lengths is for the ctc head only; this model's head, ",
-              to_string(config_.head), ", takes none, got ", target_lengths.size, " entries");
-        // The layer takes N = 0 as PyTorch does, but a batch-mean loss of no sequences is NaN and
-        // a step on it would still move every weight by decay: an empty batch is a pipeline's
-        // slip here. (DataParallel lets a rank hold none; it never hands the model an empty x.)
-        // Lstm also takes one unbatched (T, I) sequence, but the heads read y as (T, N, F): such
-        // an x reached them as a batch of H sequences of no features (a crash in
-        // ce_final_state).
-        check(x.rank() == 3, "SequenceModel: x must have rank 3 (T, N, I), got shape ",
-              x.shape_string(), " (one sequence is a batch of N = 1: (T, 1, I))");
-        if (x.size(1) == 0)
-            fail("SequenceModel: x has N = 0 sequences (shape ", x.shape_string(),
-                 "); a loss needs at least one");
-        // The count the head reads, said in its terms and before the forward: the loss sees only
-        // rows of logits and named their count M, a name of its own. (ctc_loss's messages already
-        // name target_lengths and their sum.)
-        if (per_sequence_head()) {
-            check(targets.size == x.size(1),
-                  "SequenceModel: targets must have one class per sequence (N = ", x.size(1),
-                  ") for the ", to_string(config_.head), " head, got ", targets.size);
-        } else if (config_.head == Head::ce_every_frame) {
-            check(targets.size == x.size(0) * x.size(1),
-                  "SequenceModel: targets must have one class per frame, time-major (T * N = ",
-                  x.size(0), " * ", x.size(1), " = ", x.size(0) * x.size(1),
-                  ") for the ce_every_frame head, got ", targets.size);
-        }
         const TensorView<const T> x_on_device = stage_input(x);
         const TensorView<const T> y =
             training ? lstm_.forward(x_on_device, lengths) : lstm_.infer(x_on_device, lengths);
@@ -287,20 +458,41 @@ private:
         dense_forward(TensorView<const T>(y.data(), {rows, width}, y.device()), logits);
         if (config_.head == Head::ctc)
             return ctc_loss(seq_len, batch, lengths, targets, target_lengths);
+        if (config_.lstm.batch_first) {
+            // The loss reads targets time-major, as the logits are.
+            frame_targets_.resize(static_cast<size_t>(targets.size));
+            for (int64_t n = 0; n < batch; ++n)
+                for (int64_t t = 0; t < seq_len; ++t)
+                    frame_targets_[static_cast<size_t>(t * batch + n)] = targets[n * seq_len + t];
+            targets = Span<const int64_t>(frame_targets_);
+        }
         return cross_entropy_frames(view(logits_, {seq_len, batch, classes()}), lengths, targets,
                                     view(dlogits_, {seq_len, batch, classes()}));
     }
 
     // The batch on the model's device: a host batch of a cuda model is copied into x_ (ordered
     // on the context's stream, waited for, so the caller may reuse its memory at once).
+    // A batch-first x (N, T, I) comes out time-major (T, N, I), transposed into x_ (or into
+    // x_t_ after its copy to the device).
     TensorView<const T> stage_input(TensorView<const T> x) {
-        if (x.device() == device()) return x;
-        check(x.device() == Device::cpu, "SequenceModel: x lives on ", to_string(x.device()),
-              " but the model runs on ", to_string(device()));
-        reserve(x_, x.numel());
-        x_.copy_from(x.data(), Device::cpu, bytes_of(x.numel()), lstm_.context());
-        return TensorView<const T>(x_.template as<T>(), {x.size(0), x.size(1), x.size(2)},
-                                   device());
+        const bool bf = config_.lstm.batch_first;
+        const int64_t steps = x.size(bf ? 1 : 0), batch = x.size(bf ? 0 : 1), in = x.size(2);
+        const T* data = x.data();
+        if (x.device() != device()) {
+            check(x.device() == Device::cpu, "SequenceModel: x lives on ", to_string(x.device()),
+                  " but the model runs on ", to_string(device()));
+            reserve(x_, x.numel());
+            x_.copy_from(x.data(), Device::cpu, bytes_of(x.numel()), lstm_.context());
+            data = x_.template as<T>();
+        }
+        if (bf) {
+            Buffer& dst = data == x_.template as<T>() ? x_t_ : x_;
+            reserve(dst, x.numel());
+            lstm::detail::swap_leading_dims(device(), lstm_.context(), batch, steps, in, data,
+                                            dst.template as<T>());
+            data = dst.template as<T>();
+        }
+        return TensorView<const T>(data, {steps, batch, in}, device());
     }
 
     // Softmax cross-entropy, batch mean, of logits (M, C) on the model's device; writes dlogits.
@@ -525,7 +717,10 @@ private:
     std::unique_ptr<DenseCuda<T>> dense_cuda_;  // cuda only
 #endif
     Adam<T> adam_;
-    Buffer x_, lengths_;  // cuda: the staged batch and the device copy of its lengths
+    Buffer x_, lengths_;        // cuda: the staged batch and the device copy of its lengths
+    Buffer x_t_;                // cuda with batch_first: the staged batch made time-major
+    mutable Buffer logits_bf_;  // batch_first: logits() of the per-frame heads
+    std::vector<int64_t> frame_targets_;  // batch_first ce_every_frame: targets time-major
     Buffer features_, dfeatures_, logits_, dlogits_, dy_;
     int64_t logits_steps_ = 0, logits_batch_ = 0;  // the shape logits() reports
     std::vector<int64_t> full_lengths_, uploaded_lengths_;
@@ -541,6 +736,18 @@ private:
     } scattered_;
     std::function<void()> dense_gradients_ready_;  // see set_dense_gradients_ready
 };
+
+// clip_grad_norm over every gradient buffer of a model (gradient_buffers()): the usual
+// torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm). Host models only.
+template <typename T>
+double clip_grad_norm(SequenceModel<T>& model, double max_norm, bool error_if_nonfinite = false) {
+    if (model.device() != Device::cpu)
+        fail_as<Unsupported>("clip_grad_norm: the model runs on ", to_string(model.device()),
+                             "; gradient clipping here runs on host buffers only");
+    std::vector<Span<T>> grads;
+    for (const TensorView<T>& g : model.gradient_buffers()) grads.emplace_back(g.data(), g.numel());
+    return clip_grad_norm(grads, max_norm, error_if_nonfinite);
+}
 
 // Compiled once, for float and double, in lstm_variants (lstm/templates.cpp): a program that uses
 // them compiles only what the compiler chooses to inline.

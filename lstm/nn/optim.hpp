@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -105,6 +106,26 @@ Buffer zeroed_state(const OptimTarget<T>& target, int64_t count) {
 
 }  // namespace detail
 
+// What a group of registered buffers sets for itself, as a torch.optim param group overrides its
+// optimizer's defaults: its own weight decay (unset: the optimizer's), e.g. 0 to exempt biases
+// and norms from decay, and a factor on the optimizer's learning rate (a factor, not an lr, so
+// that a schedule's set_lr moves every group together).
+struct ParamGroup {
+    std::optional<double> weight_decay;
+    double lr_scale = 1.0;
+};
+
+namespace detail {
+
+inline void check_param_group(const char* fn, const ParamGroup& group) {
+    check(!group.weight_decay || *group.weight_decay >= 0, fn,
+          ": group.weight_decay must be >= 0, got ", group.weight_decay.value_or(0));
+    check(group.lr_scale >= 0 && std::isfinite(group.lr_scale), fn,
+          ": group.lr_scale must be finite and >= 0, got ", group.lr_scale);
+}
+
+}  // namespace detail
+
 // torch.optim.SGD's hyperparameters (maximize is not supported).
 struct SgdOptions {
     double lr = 1e-3;
@@ -133,20 +154,22 @@ public:
               " and dampening ", options.dampening);
     }
 
-    // Registers a host buffer pair of equal size; allocates its momentum buffer (when momentum is
+    // Registers a host buffer pair of equal size, params (n) and grads (n), in `group` (the
+    // optimizer's own settings by default); allocates its momentum buffer (when momentum is
     // used) here, once, so that step() never allocates. Both buffers must outlive the optimizer.
-    void add(Span<T> params, Span<const T> grads) {
+    void add(Span<T> params, Span<const T> grads, const ParamGroup& group = {}) {
         detail::check_buffer_pair("Sgd::add", params.size, params.data, grads.size, grads.data,
                                   sizeof(T));
-        add_target({params.data, grads.data, params.size, Device::cpu, nullptr});
+        add_target({params.data, grads.data, params.size, Device::cpu, nullptr}, group);
     }
 
     // Registers a buffer pair on the device its views are tagged with, params (n) and grads (n);
     // the momentum buffer is allocated there. On cuda, `context` orders every update on its
     // stream (step() does not wait) and must outlive the optimizer, as must both buffers.
-    void add(TensorView<T> params, TensorView<const T> grads, cuda::Context* context = nullptr) {
+    void add(TensorView<T> params, TensorView<const T> grads, cuda::Context* context = nullptr,
+             const ParamGroup& group = {}) {
         const Device device = detail::check_device_pair("Sgd::add", params, grads, context);
-        add_target({params.data(), grads.data(), params.numel(), device, context});
+        add_target({params.data(), grads.data(), params.numel(), device, context}, group);
     }
 
     // Updates every registered buffer once from its current gradients.
@@ -162,24 +185,32 @@ public:
         options_.lr = lr;
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
+    // The group registered buffer k (registration order) was added with.
+    const ParamGroup& group(int64_t k) const {
+        check(k >= 0 && k < buffer_count(), "Sgd::group: buffer ", k, " is not registered (",
+              buffer_count(), " are)");
+        return entries_[static_cast<size_t>(k)].group;
+    }
 
 private:
     struct Entry {
         detail::OptimTarget<T> target;
         Buffer momentum;  // next to the parameters; empty without momentum
         bool started;     // PyTorch seeds the momentum buffer with the first step's d, undamped
+        ParamGroup group;
     };
 
-    void add_target(const detail::OptimTarget<T>& target) {
+    void add_target(const detail::OptimTarget<T>& target, const ParamGroup& group) {
+        detail::check_param_group("Sgd::add", group);
         detail::check_apart_from_registered("Sgd::add", target, entries_);
         const int64_t state = options_.momentum != 0 ? target.size : 0;
-        entries_.push_back(Entry{target, detail::zeroed_state(target, state), false});
+        entries_.push_back(Entry{target, detail::zeroed_state(target, state), false, group});
     }
 
     void step_entry(Entry& e) {
         kernels::SgdCoefficients<T> c;
-        c.lr = static_cast<T>(options_.lr);
-        c.weight_decay = static_cast<T>(options_.weight_decay);
+        c.lr = static_cast<T>(options_.lr * e.group.lr_scale);
+        c.weight_decay = static_cast<T>(e.group.weight_decay.value_or(options_.weight_decay));
         c.momentum = static_cast<T>(options_.momentum);
         c.keep = static_cast<T>(1.0 - options_.dampening);
         c.use_momentum = options_.momentum != 0;
@@ -247,31 +278,39 @@ public:
               options.weight_decay);
     }
 
-    // Registers a host buffer pair of equal size; allocates its two moment buffers here, once, so
-    // that step() never allocates. Each buffer pair keeps its own step count, as PyTorch keeps
-    // one per parameter. Both buffers must outlive the optimizer.
-    void add(Span<T> params, Span<const T> grads) {
+    // Registers a host buffer pair of equal size, params (n) and grads (n), in `group` (the
+    // optimizer's own settings by default); allocates its two moment buffers here, once, so that
+    // step() never allocates. Each buffer pair keeps its own step count, as PyTorch keeps one
+    // per parameter. Both buffers must outlive the optimizer.
+    void add(Span<T> params, Span<const T> grads, const ParamGroup& group = {}) {
         detail::check_buffer_pair("Adam::add", params.size, params.data, grads.size, grads.data,
                                   sizeof(T));
-        add_target({params.data, grads.data, params.size, Device::cpu, nullptr});
+        add_target({params.data, grads.data, params.size, Device::cpu, nullptr}, group);
     }
 
     // Registers a buffer pair on the device its views are tagged with, params (n) and grads (n);
     // the moment buffers are allocated there. On cuda, `context` orders every update on its
     // stream (step() does not wait) and must outlive the optimizer, as must both buffers.
-    void add(TensorView<T> params, TensorView<const T> grads, cuda::Context* context = nullptr) {
+    void add(TensorView<T> params, TensorView<const T> grads, cuda::Context* context = nullptr,
+             const ParamGroup& group = {}) {
         const Device device = detail::check_device_pair("Adam::add", params, grads, context);
-        add_target({params.data(), grads.data(), params.numel(), device, context});
+        add_target({params.data(), grads.data(), params.numel(), device, context}, group);
     }
 
-    // Updates every registered buffer once from its current gradients; a step count that cannot
-    // grow is refused before any buffer changes.
+    // Updates every registered buffer once from its current gradients. Whatever is refused (a
+    // step count that cannot grow) is refused before any buffer or count changes.
     void step() {
+        check_can_step();
+        for (Entry& e : entries_) step_entry(e);
+    }
+
+    // Throws what step() would refuse, changing nothing: for a caller that must refuse a whole
+    // training step before its first change.
+    void check_can_step() const {
         for (const Entry& e : entries_)
             check(e.steps < std::numeric_limits<int64_t>::max(),
                   "Adam::step: a buffer's step count is already ", e.steps,
                   " (set_steps), the largest an int64 holds");
-        for (Entry& e : entries_) step_entry(e);
     }
 
     const AdamOptions& options() const { return options_; }
@@ -282,6 +321,8 @@ public:
         options_.lr = lr;
     }
     int64_t buffer_count() const { return static_cast<int64_t>(entries_.size()); }
+    // The group registered buffer k (registration order) was added with.
+    const ParamGroup& group(int64_t k) const { return entry("Adam::group", k).group; }
 
     // The state of registered buffer k (registration order), for checkpoints: its step count and
     // its moments m (exp_avg) and v (exp_avg_sq), n elements each, in the buffer's memory space.
@@ -300,12 +341,14 @@ private:
         Buffer exp_avg;     // m, next to the parameters
         Buffer exp_avg_sq;  // v
         int64_t steps;
+        ParamGroup group;
     };
 
-    void add_target(const detail::OptimTarget<T>& target) {
+    void add_target(const detail::OptimTarget<T>& target, const ParamGroup& group) {
+        detail::check_param_group("Adam::add", group);
         detail::check_apart_from_registered("Adam::add", target, entries_);
         entries_.push_back(Entry{target, detail::zeroed_state(target, target.size),
-                                 detail::zeroed_state(target, target.size), 0});
+                                 detail::zeroed_state(target, target.size), 0, group});
     }
 
     Entry& entry(const char* fn, int64_t k) {
@@ -324,8 +367,9 @@ private:
     void step_entry(Entry& e) {
         e.steps += 1;
         const kernels::AdamCoefficients<T> c = kernels::adam_coefficients<T>(
-            options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
-            options_.decoupled_weight_decay, e.steps);
+            options_.lr * e.group.lr_scale, options_.beta1, options_.beta2, options_.eps,
+            e.group.weight_decay.value_or(options_.weight_decay), options_.decoupled_weight_decay,
+            e.steps);
         const int64_t n = e.target.size;
         T* p = e.target.params;
         const T* g = e.target.grads;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -479,4 +480,55 @@ TEST_CASE("gpu: a cuda model resumed from a checkpoint trains on bit for bit", "
     for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
     INFO(differ << " of " << got.size() << " parameters differ");
     CHECK(differ == 0);
+
+    // The streaming save (device buffers through the writer's staging chunk) writes the same
+    // bytes, and the streaming load from the path restores the same model.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "lstm_gpu_checkpoint.safetensors").string();
+    io::save_checkpoint(path, first);
+    CHECK(io::serialize_safetensors(io::read_safetensors(path)) == io::serialize_safetensors(file));
+    nn::SequenceModel<float> streamed(mc, variant, Device::cuda, 98);
+    io::load_checkpoint(path, streamed);
+    train(streamed, 2, 5);
+    CHECK(params(streamed) == want);
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("gpu: a batch-first cuda model with bias groups trains as the time-major one", "[gpu]") {
+    nn::ModelConfig mc;
+    mc.lstm = Config{5, 6, 2, true};
+    mc.classes = 3;
+    mc.dense_bias = true;
+    mc.head = nn::Head::ce_every_frame;
+    mc.adam = nn::adamw_options(0.01, 0.1);
+    mc.bias_weight_decay = 0.0;
+    nn::ModelConfig bf = mc;
+    bf.lstm.batch_first = true;
+    const int64_t T = 6, N = 4, I = 5;
+    nn::SequenceModel<float> time_major(mc, "basic", Device::cuda, 5);
+    nn::SequenceModel<float> batch_major(bf, "basic", Device::cuda, 5);
+    for (int b = 0; b < 3; ++b) {
+        const auto x = test::random_vector<float>(T * N * I, 800 + b);
+        std::vector<float> xt(x.size());
+        std::vector<int64_t> targets(static_cast<size_t>(T * N)), targets_t(targets.size());
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+                std::copy_n(x.begin() + (t * N + n) * I, I, xt.begin() + (n * T + t) * I);
+                targets[static_cast<size_t>(t * N + n)] = (t + n + b) % 3;
+                targets_t[static_cast<size_t>(n * T + t)] = (t + n + b) % 3;
+            }
+        const std::vector<int64_t> lengths = {6, 3, 5, 6};
+        const float want =
+            time_major.train_step(TensorView<const float>(x.data(), {T, N, I}),
+                                  Span<const int64_t>(lengths), Span<const int64_t>(targets));
+        const float got =
+            batch_major.train_step(TensorView<const float>(xt.data(), {N, T, I}),
+                                   Span<const int64_t>(lengths), Span<const int64_t>(targets_t));
+        CHECK(got == want);
+    }
+    std::vector<float> a(static_cast<size_t>(param_count(mc.lstm))), b(a.size());
+    time_major.lstm().store_parameters(Span<float>(a));
+    batch_major.lstm().store_parameters(Span<float>(b));
+    CHECK(a == b);
+    CHECK(time_major.optimizer().buffer_count() == 2 * 2 * 2 + 2);
 }

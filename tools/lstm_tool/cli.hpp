@@ -120,8 +120,13 @@ inline io::TensorFile read_input_file(const std::string& option, const std::stri
     std::error_code ec;
     if (!std::filesystem::exists(path, ec))
         throw UsageError(option + ": file '" + path + "' does not exist");
-    if (!std::filesystem::is_regular_file(path, ec))
-        throw UsageError(option + ": '" + path + "' is not a regular file");
+    // A pipe or a character device is read whole (`lstm_tool ... --out /dev/stdout | lstm_tool
+    // info /dev/stdin`); a directory, socket or block device is not a file of tensors.
+    const std::filesystem::file_status status = std::filesystem::status(path, ec);
+    if (!std::filesystem::is_regular_file(status) && !std::filesystem::is_fifo(status) &&
+        !std::filesystem::is_character_file(status))
+        throw UsageError(option + ": '" + path +
+                         "' is not a regular file (nor a pipe or a character device)");
     std::ifstream probe(path, std::ios::binary);
     if (!probe.is_open()) throw UsageError(option + ": cannot open '" + path + "' for reading");
     return io::read_safetensors(path);

@@ -44,7 +44,8 @@ outputs (O):
 
 options:
   --inputs FILE        safetensors file with the inputs above
-  --out FILE           where to write loss and grad (replaced)
+  --out FILE           where to write loss and grad: a file is replaced whole (or kept, when
+                       the write fails); a pipe or device such as /dev/stdout is written to
   --blank B            index of the blank class (default 0)
   --reduction R        none, sum or mean (default mean: PyTorch's, each loss divided by its
                        target length, then averaged over the batch)

@@ -50,7 +50,8 @@ outputs (O):
 options:
   --params FILE     safetensors state_dict of a torch.nn.LSTM
   --inputs FILE     safetensors file with the inputs above
-  --out FILE        where to write the outputs (replaced)
+  --out FILE        where to write the outputs: a file is replaced whole (or kept, when the
+                    write fails); a pipe or device such as /dev/stdout is written to
   --variant NAME    variant to run (default: the first registered on the device, see below)
   --device DEV      cpu (default) or cuda
   --prefix PREFIX   names in P start with PREFIX, e.g. "encoder.lstm." (default: none)
