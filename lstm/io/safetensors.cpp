@@ -855,7 +855,8 @@ TensorFile read_safetensors(const std::string& path) {
     return out;
 }
 
-TensorFileReader::TensorFileReader(const std::string& path) : source(path) {
+TensorFileReader::TensorFileReader(const std::string& path) {
+    source = path;
     const std::shared_ptr<File> file = detail::open_for_reading(path);
     uint64_t header_size = 0;
     detail::Layout<TensorInfo> layout;
@@ -878,20 +879,6 @@ TensorFileReader::TensorFileReader(const std::string& path) : source(path) {
     tensors_ = std::move(layout.entries);
     index_ = std::move(layout.index);
     file_ = file;
-}
-
-const TensorInfo& TensorFileReader::at(const std::string& name) const {
-    if (const TensorInfo* t = find(name)) return *t;
-    fail(source, ": no tensor named '", name, "'; the file has ", name_list());
-}
-
-std::string TensorFileReader::name_list() const {
-    if (tensors_.empty()) return "no tensors";
-    std::string out;
-    for (size_t k = 0; k < tensors_.size() && k < 64; ++k)
-        out += (k ? ", '" : "'") + tensors_[k].name + "'";
-    if (tensors_.size() > 64) out += ", and " + std::to_string(tensors_.size() - 64) + " more";
-    return out;
 }
 
 void TensorFileReader::read_bytes(uint64_t offset, void* dst, size_t count) const {

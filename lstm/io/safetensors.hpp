@@ -294,49 +294,36 @@ struct NamesOf {
 
 struct TensorFileAccess;  // lets the reader hand a parsed file its tensors and index at once
 
-}  // namespace detail
-
-// The contents of one safetensors file: tensors in header order, names unique, plus the
-// optional string-to-string metadata.
-class TensorFile {
+// What TensorFile (tensors in memory) and TensorFileReader (tensors left in the file) share: the
+// source and metadata, and the lookups by name and prefix over their entries (each with a
+// `name`) through one NameIndex.
+template <typename Entry>
+class NamedTensors {
 public:
     // Where the tensors came from ("<memory>" or a path); error messages start with it.
     std::string source = "<memory>";
     std::map<std::string, std::string> metadata;
 
-    // Appends `tensor`; a name that is already present, or bytes that disagree with the shape
-    // and dtype, are errors. So every tensor of a file is consistent, and its readers trust it.
-    void add(Tensor tensor) {
-        tensor.check_bytes();
-        check(tensor.name != kMetadataKey, source, ": '", kMetadataKey,
-              "' is reserved for metadata and cannot name a tensor");
-        check(!contains(tensor.name), source, ": duplicate tensor name '", tensor.name, "'");
-        check(tensors_.size() < std::numeric_limits<uint32_t>::max(), source,
-              ": a file holds at most 2^32 - 1 tensors");
-        tensors_.push_back(std::move(tensor));
-        index_.insert(static_cast<uint32_t>(tensors_.size() - 1), names());
-    }
-
-    const std::vector<Tensor>& tensors() const { return tensors_; }
+    const std::vector<Entry>& tensors() const { return tensors_; }
     size_t size() const { return tensors_.size(); }
     bool contains(const std::string& name) const { return index_.find(name, names()) >= 0; }
 
     // The tensor called `name`, or null.
-    const Tensor* find(const std::string& name) const {
+    const Entry* find(const std::string& name) const {
         const int64_t k = index_.find(name, names());
         return k < 0 ? nullptr : &tensors_[static_cast<size_t>(k)];
     }
 
     // The tensor called `name`; the error lists the names the file has.
-    const Tensor& at(const std::string& name) const {
-        if (const Tensor* t = find(name)) return *t;
+    const Entry& at(const std::string& name) const {
+        if (const Entry* t = find(name)) return *t;
         fail(source, ": no tensor named '", name, "'; the file has ", name_list());
     }
 
     // The tensors whose names start with `prefix`, in header order; found through the sorted
     // name index, so asking for many prefixes costs O(matches log n) each, not a scan each.
-    std::vector<const Tensor*> with_prefix(const std::string& prefix) const {
-        std::vector<const Tensor*> out;
+    std::vector<const Entry*> with_prefix(const std::string& prefix) const {
+        std::vector<const Entry*> out;
         for (uint32_t k : index_.with_prefix(prefix, names())) out.push_back(&tensors_[k]);
         return out;
     }
@@ -351,6 +338,32 @@ public:
         return out;
     }
 
+protected:
+    NamesOf<Entry> names() const { return {&tensors_}; }
+
+    std::vector<Entry> tensors_;
+    NameIndex index_;
+};
+
+}  // namespace detail
+
+// The contents of one safetensors file: tensors in header order, names unique, plus the
+// optional string-to-string metadata.
+class TensorFile : public detail::NamedTensors<Tensor> {
+public:
+    // Appends `tensor`; a name that is already present, or bytes that disagree with the shape
+    // and dtype, are errors. So every tensor of a file is consistent, and its readers trust it.
+    void add(Tensor tensor) {
+        tensor.check_bytes();
+        check(tensor.name != kMetadataKey, source, ": '", kMetadataKey,
+              "' is reserved for metadata and cannot name a tensor");
+        check(!contains(tensor.name), source, ": duplicate tensor name '", tensor.name, "'");
+        check(tensors_.size() < std::numeric_limits<uint32_t>::max(), source,
+              ": a file holds at most 2^32 - 1 tensors");
+        tensors_.push_back(std::move(tensor));
+        index_.insert(static_cast<uint32_t>(tensors_.size() - 1), names());
+    }
+
     // Calls fn(const unsigned char* bytes, size_t count) on the bytes of `t`, one of this file's
     // tensors (host memory), when it has any: the interface of TensorFileReader, whose tensors
     // stay in the file, so that loaders take either.
@@ -363,10 +376,6 @@ public:
 
 private:
     friend struct detail::TensorFileAccess;
-    detail::NamesOf<Tensor> names() const { return {&tensors_}; }
-
-    std::vector<Tensor> tensors_;
-    detail::NameIndex index_;
 };
 
 inline bool operator==(const TensorFile& a, const TensorFile& b) {
@@ -434,29 +443,13 @@ struct TensorInfo {
 // share the open file; it is closed with the last one. A file truncated or rewritten in place while
 // it is read gives an error (a short read) or the bytes it then holds: this library's writers
 // replace a file whole (a rename), never in place.
-class TensorFileReader {
+class TensorFileReader : public detail::NamedTensors<TensorInfo> {
 public:
     // Opens and parses `path`; errors name it. Files that cannot be read at an offset (a FIFO,
     // /proc) are read whole into host memory first.
     explicit TensorFileReader(const std::string& path);
 
-    std::string source;  // the path, for messages
-    std::map<std::string, std::string> metadata;
-
-    const std::vector<TensorInfo>& tensors() const { return tensors_; }
-    size_t size() const { return tensors_.size(); }
-    bool contains(const std::string& name) const { return index_.find(name, names()) >= 0; }
-    const TensorInfo* find(const std::string& name) const {
-        const int64_t k = index_.find(name, names());
-        return k < 0 ? nullptr : &tensors_[static_cast<size_t>(k)];
-    }
-    const TensorInfo& at(const std::string& name) const;
-    std::vector<const TensorInfo*> with_prefix(const std::string& prefix) const {
-        std::vector<const TensorInfo*> out;
-        for (uint32_t k : index_.with_prefix(prefix, names())) out.push_back(&tensors_[k]);
-        return out;
-    }
-    std::string name_list() const;  // as TensorFile::name_list
+    // source: the path; metadata, tensors(), find(), at(), with_prefix(): as TensorFile's.
 
     // The largest piece visit_bytes hands over at once (a multiple of every element size).
     static constexpr size_t kReadPieceBytes = size_t{256} << 10;
@@ -496,12 +489,8 @@ public:
     struct File;  // opaque: the open descriptor, or the contents of a file read whole
 
 private:
-    detail::NamesOf<TensorInfo> names() const { return {&tensors_}; }
-
     std::shared_ptr<const File> file_;
     const unsigned char* whole_ = nullptr;  // the contents, when the file was read whole
-    std::vector<TensorInfo> tensors_;
-    detail::NameIndex index_;
 };
 
 // ---- Writer (lstm/io/safetensors_write.cpp) ----

@@ -407,6 +407,13 @@ private:
     // ctc_loss's own validation of the CTC targets, against the logits' shape (T, N, C).
     void check_ctc_targets(int64_t steps, int64_t batch, Span<const int64_t> lengths,
                            Span<const int64_t> targets, Span<const int64_t> target_lengths) {
+        loss::ctc_detail::validate(ctc_args(steps, batch, lengths, targets, target_lengths),
+                                   loss::CtcOutputs<T>{});
+    }
+
+    // The ctc head's arguments over logits_ (T, N, C); empty lengths mean T for every sequence.
+    loss::CtcArgs<T> ctc_args(int64_t steps, int64_t batch, Span<const int64_t> lengths,
+                              Span<const int64_t> targets, Span<const int64_t> target_lengths) {
         if (lengths.empty()) {
             full_lengths_.assign(static_cast<size_t>(batch), steps);
             lengths = Span<const int64_t>(full_lengths_);
@@ -417,8 +424,10 @@ private:
         args.input_lengths = lengths;
         args.target_lengths = target_lengths;
         args.blank = config_.ctc.blank;
+        args.zero_infinity = config_.ctc.zero_infinity && !config_.ctc.infeasible_is_error;
+        args.reduction = loss::Reduction::mean;
         args.context = lstm_.context();
-        loss::ctc_detail::validate(args, loss::CtcOutputs<T>{});
+        return args;
     }
 
     static int64_t checked_classes(int64_t classes) {
@@ -511,22 +520,10 @@ private:
     // gradient, so the dense backward over all rows adds nothing for them.
     T ctc_loss(int64_t seq_len, int64_t batch, Span<const int64_t> lengths,
                Span<const int64_t> targets, Span<const int64_t> target_lengths) {
-        if (lengths.empty()) {
-            full_lengths_.assign(batch, seq_len);
-            lengths = Span<const int64_t>(full_lengths_);
-        }
-        loss::CtcArgs<T> args;
-        args.logits = view(logits_, {seq_len, batch, classes()});
-        args.targets = TensorView<const int64_t>(targets.data, {targets.size});
-        args.input_lengths = lengths;
-        args.target_lengths = target_lengths;
-        args.blank = config_.ctc.blank;
-        args.zero_infinity = config_.ctc.zero_infinity && !config_.ctc.infeasible_is_error;
-        args.reduction = loss::Reduction::mean;
+        loss::CtcArgs<T> args = ctc_args(seq_len, batch, lengths, targets, target_lengths);
         loss::CtcOutputs<T> out;
         out.grad_logits = view(dlogits_, {seq_len, batch, classes()});
         if (device() == Device::cuda) {
-            args.context = lstm_.context();
             const T loss = loss::ctc_loss(args, out);
             check(
                 !config_.ctc.infeasible_is_error || !std::isinf(static_cast<double>(loss)),
