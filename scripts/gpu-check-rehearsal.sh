@@ -44,8 +44,12 @@ fi
 hidden_packages=(libeigen3-dev nlohmann-json3-dev catch2 libbenchmark-dev libhwy-dev libdnnl-dev
                  libopenmpi-dev)
 toolkit="$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")"
+# This machine's own instance of each (install-deps.sh adds arm64 copies of some, and dpkg
+# refuses a bare name two architectures share); architecture-independent ones by the bare name.
+arch="$(dpkg --print-architecture)"
 {
     for p in "${hidden_packages[@]}"; do
+        dpkg-query -W "$p:$arch" > /dev/null 2>&1 && p="$p:$arch"
         dpkg -L "$p" 2> /dev/null | grep -v -e '^/usr/share/doc' -e '^/usr/share/lintian' || true
     done
     find "$toolkit" /usr/local/cuda/ -name '*cudnn*' 2> /dev/null

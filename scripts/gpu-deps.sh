@@ -34,21 +34,28 @@ for p in "${packages[@]}"; do
     fi
 done
 
+# This machine's own instance of a package: scripts/install-deps.sh also installs arm64 copies of
+# some (libhwy-dev:arm64, for the emulated ARM tests), and dpkg refuses a bare name that two
+# architectures share. Architecture-independent packages (Eigen) answer only to the bare name.
+arch="$(dpkg --print-architecture)"
+native() { if dpkg-query -W "$1:$arch" > /dev/null 2>&1; then echo "$1:$arch"; else echo "$1"; fi; }
+
 rm -rf "$dest"
 mkdir -p "$dest"
 for p in "${packages[@]}"; do
     # Regular files and symbolic links (the .so link chain), not directories or documentation.
-    dpkg -L "$p" | grep -v -e '^/usr/share/doc' -e '^/usr/share/lintian' | while read -r path; do
-        if [ -f "$path" ] || [ -L "$path" ]; then
-            mkdir -p "$dest$(dirname "$path")"
-            cp -P "$path" "$dest$path"
-        fi
-    done
+    dpkg -L "$(native "$p")" | grep -v -e '^/usr/share/doc' -e '^/usr/share/lintian' |
+        while read -r path; do
+            if [ -f "$path" ] || [ -L "$path" ]; then
+                mkdir -p "$dest$(dirname "$path")"
+                cp -P "$path" "$dest$path"
+            fi
+        done
 done
 
 # The manifest says what the folder holds and where it came from, for whoever reads the copy.
 {
     echo "made by scripts/gpu-deps.sh on $(date -u +%Y-%m-%d) from these Debian packages:"
-    for p in "${packages[@]}"; do dpkg-query -W -f='  ${Package} ${Version}\n' "$p"; done
+    for p in "${packages[@]}"; do dpkg-query -W -f='  ${Package} ${Version}\n' "$(native "$p")"; done
 } > "$dest/MANIFEST"
 echo "gpu-deps: $(du -sh "$dest" | cut -f1) in $dest (CMAKE_PREFIX_PATH=$dest/usr)"
