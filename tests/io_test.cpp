@@ -730,21 +730,6 @@ int64_t peak_growth(Body body) {
     return growth;
 }
 
-struct MemoryLimit {
-    explicit MemoryLimit(uint64_t bytes) { lstm::set_host_memory_limit(bytes); }
-    ~MemoryLimit() { lstm::set_host_memory_limit(0); }
-};
-
-template <typename Body>
-std::string out_of_memory(Body body) {
-    try {
-        body();
-    } catch (const OutOfMemory& e) {
-        return e.what();
-    }
-    return "";
-}
-
 }  // namespace
 
 TEST_CASE("a header of 100k tensors is indexed in linear time with about 3 bytes per byte",
@@ -799,13 +784,15 @@ TEST_CASE("the memory check covers the header's parse: refused by name, then par
     write_bytes(path, bytes);
     {
         // Below the index a header of tensor entries is asked for before the parse starts.
-        const MemoryLimit limit(2 * header);
-        const std::string message = out_of_memory([&] { read_safetensors(path); });
+        const lstm::test::MemoryLimitScope limit(2 * header);
+        const std::string message =
+            lstm::test::out_of_memory_message([&] { read_safetensors(path); });
         CHECK_THAT(message, Contains(path + ": indexing its header of 5.52 MiB"));
         CHECK_THAT(message, Contains("header index"));
-        CHECK_THAT(out_of_memory([&] { TensorFileReader r(path); }),
+        CHECK_THAT(lstm::test::out_of_memory_message([&] { TensorFileReader r(path); }),
                    Contains(path + ": indexing its header"));
-        CHECK_THAT(out_of_memory([&] { parse_safetensors(bytes, "many.safetensors"); }),
+        CHECK_THAT(lstm::test::out_of_memory_message(
+                       [&] { parse_safetensors(bytes, "many.safetensors"); }),
                    Contains("many.safetensors: indexing its header"));
     }
     CHECK(read_safetensors(path).size() == 100'000);
@@ -816,9 +803,10 @@ TEST_CASE("the memory check covers the header's parse: refused by name, then par
     const std::vector<unsigned char> meta = many_entries(100'000, true);
     const uint64_t meta_header = meta.size() - 8;
     {
-        const MemoryLimit limit(5 * meta_header);
-        CHECK_THAT(out_of_memory([&] { parse_safetensors(meta, "meta.safetensors"); }),
-                   Contains("meta.safetensors: indexing its header of"));
+        const lstm::test::MemoryLimitScope limit(5 * meta_header);
+        CHECK_THAT(
+            lstm::test::out_of_memory_message([&] { parse_safetensors(meta, "meta.safetensors"); }),
+            Contains("meta.safetensors: indexing its header of"));
     }
     const TensorFile parsed = parse_safetensors(meta, "meta.safetensors");
     CHECK(parsed.metadata.size() == 100'000);

@@ -24,29 +24,11 @@
 #include "lstm/layer.hpp"
 #include "lstm/loss/ctc.hpp"
 #include "lstm/nn/batch.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using Catch::Contains;
-
-// Sets the host memory limit for the scope of a test, and lifts it afterwards even when a check
-// fails, so later cases run unlimited.
-struct LimitScope {
-    explicit LimitScope(uint64_t bytes) { lstm::set_host_memory_limit(bytes); }
-    ~LimitScope() { lstm::set_host_memory_limit(0); }
-};
-
-// The message of the lstm::OutOfMemory that `body` throws ("" when it throws nothing, which the
-// caller's CHECK_THAT then reports).
-template <typename Body>
-std::string out_of_memory_message(Body body) {
-    try {
-        body();
-    } catch (const lstm::OutOfMemory& e) {
-        return e.what();
-    }
-    return "";
-}
 
 }  // namespace
 
@@ -89,8 +71,8 @@ TEST_CASE("memory: Lstm refuses buffers beyond the limit by name, before allocat
     {
         // 1 MiB on top of what the library holds (the layer's parameters and gradients).
         const uint64_t held = lstm::host_memory_held();
-        const LimitScope limit(held + (uint64_t{1} << 20));
-        const std::string message = out_of_memory_message([&] { layer.forward(view); });
+        const lstm::test::MemoryLimitScope limit(held + (uint64_t{1} << 20));
+        const std::string message = lstm::test::out_of_memory_message([&] { layer.forward(view); });
         CHECK_THAT(message, Contains("Lstm::forward (basic, T 200, N 64, H 64): needs "));
         CHECK_THAT(message, Contains("y 6.25 MiB (6553600 bytes)"));
         CHECK_THAT(message, Contains("reserve "));
@@ -115,7 +97,7 @@ TEST_CASE("memory: a shape implying terabytes is refused against the machine, no
     // the refusal must come before anything reads x.
     float one = 1.0f;
     const lstm::TensorView<const float> huge(&one, {int64_t{1} << 20, int64_t{1} << 12, 1});
-    const std::string message = out_of_memory_message([&] { layer.forward(huge); });
+    const std::string message = lstm::test::out_of_memory_message([&] { layer.forward(huge); });
     CHECK_THAT(message, Contains("Lstm::forward (basic, T 1048576, N 4096, H 256)"));
     CHECK_THAT(message, Contains("y 4.00 TiB"));
     CHECK_THAT(message, Contains("this machine can give"));
@@ -124,7 +106,8 @@ TEST_CASE("memory: a shape implying terabytes is refused against the machine, no
     lstm::Config wide;
     wide.input_size = int64_t{1} << 20;
     wide.hidden_size = int64_t{1} << 20;
-    const std::string params = out_of_memory_message([&] { lstm::Lstm big(wide, "basic"); });
+    const std::string params =
+        lstm::test::out_of_memory_message([&] { lstm::Lstm big(wide, "basic"); });
     CHECK_THAT(params, Contains("parameters 32.00 TiB"));
 }
 
@@ -139,15 +122,15 @@ TEST_CASE("memory: ctc_loss and the file reader refuse by name beyond the limit"
     args.input_lengths = lstm::Span<const int64_t>(input_lengths.data(), N);
     args.target_lengths = lstm::Span<const int64_t>(target_lengths.data(), N);
     {
-        const LimitScope limit(64 << 10);
-        CHECK_THAT(out_of_memory_message([&] { lstm::loss::ctc_loss(args); }),
+        const lstm::test::MemoryLimitScope limit(64 << 10);
+        CHECK_THAT(lstm::test::out_of_memory_message([&] { lstm::loss::ctc_loss(args); }),
                    Contains("ctc_loss: needs "));
-        CHECK_THAT(out_of_memory_message([&] { lstm::loss::ctc_loss(args); }),
+        CHECK_THAT(lstm::test::out_of_memory_message([&] { lstm::loss::ctc_loss(args); }),
                    Contains("(workspace "));
     }
     CHECK(std::isfinite(lstm::loss::ctc_loss(args)));
     // Sizes whose workspace does not fit in 64 bits.
-    CHECK_THAT(out_of_memory_message([&] {
+    CHECK_THAT(lstm::test::out_of_memory_message([&] {
                    lstm::loss::ctc_workspace_bytes(int64_t{1} << 40, 1, 5, int64_t{1} << 40, 1);
                }),
                Contains("the workspace's size does not fit in 64 bits"));
@@ -160,9 +143,9 @@ TEST_CASE("memory: ctc_loss and the file reader refuse by name beyond the limit"
     file.add(lstm::io::Tensor::from("w", {256, 256}, std::vector<float>(256 * 256, 1.0f)));
     lstm::io::write_safetensors(path, file);
     {
-        const LimitScope limit(128 << 10);
+        const lstm::test::MemoryLimitScope limit(128 << 10);
         const std::string message =
-            out_of_memory_message([&] { lstm::io::read_safetensors(path); });
+            lstm::test::out_of_memory_message([&] { lstm::io::read_safetensors(path); });
         CHECK_THAT(message, Contains("reading '" + path + "': needs "));
         // Only the tensors are asked for: their bytes are read straight into them, without a
         // copy of the whole file first.
@@ -177,9 +160,9 @@ TEST_CASE("memory: padding one long sequence among many short ones is refused by
     // 2000 sequences of one frame and one of 2000 frames: 16 KiB of data, 15.3 MiB padded.
     std::vector<std::vector<float>> sequences(2000, std::vector<float>(1, 1.0f));
     sequences.push_back(std::vector<float>(2000, 1.0f));
-    const LimitScope limit(uint64_t{1} << 20);
+    const lstm::test::MemoryLimitScope limit(uint64_t{1} << 20);
     const std::string message =
-        out_of_memory_message([&] { lstm::nn::pad_sequences(sequences, 1); });
+        lstm::test::out_of_memory_message([&] { lstm::nn::pad_sequences(sequences, 1); });
     CHECK_THAT(message, Contains("pad_sequences (T 2000, N 2001, features 1): needs "));
     CHECK_THAT(message, Contains("padded x 15.27 MiB"));
 }
@@ -249,13 +232,13 @@ TEST_CASE("memory: the limit is a budget for everything the library holds, not e
     REQUIRE(per_layer >= 2 * 4 * 64 * (64 + 64 + 2) * sizeof(float));
     // Each layer's request is far below the budget; together they pass it.
     const uint64_t budget = held0 + 16 * per_layer + per_layer / 2;
-    const LimitScope limit(budget);
+    const lstm::test::MemoryLimitScope limit(budget);
     std::vector<std::unique_ptr<lstm::Lstm>> layers;
     std::string message;
     uint64_t held_at_refusal = 0, most_held = 0;
     while (layers.size() < 100) {
         held_at_refusal = lstm::host_memory_held();
-        message = out_of_memory_message(
+        message = lstm::test::out_of_memory_message(
             [&] { layers.push_back(std::make_unique<lstm::Lstm>(config, "basic")); });
         most_held = std::max(most_held, lstm::host_memory_held());
         if (!message.empty()) break;
@@ -274,7 +257,7 @@ TEST_CASE("memory: the limit is a budget for everything the library holds, not e
     const int64_t seq_len = 50, batch = 16;
     std::vector<float> x(static_cast<size_t>(seq_len * batch * config.input_size), 0.5f);
     const lstm::TensorView<const float> view(x.data(), {seq_len, batch, config.input_size});
-    CHECK_THAT(out_of_memory_message([&] { layers[0]->forward(view); }),
+    CHECK_THAT(lstm::test::out_of_memory_message([&] { layers[0]->forward(view); }),
                Contains("budget, the limit set with lstm::set_host_memory_limit"));
     CHECK(layers[0]->y().empty());
     layers.resize(2);
@@ -315,14 +298,14 @@ TEST_CASE("memory: buffers count what they allocate and give it back when freed"
     CHECK(lstm::host_memory_held() == held0);
     // Under a budget: a growing buffer holds its old storage until the new one exists, so both
     // must fit; a refused growth keeps the storage and its contents.
-    const LimitScope limit(held0 + 3 * MiB);
+    const lstm::test::MemoryLimitScope limit(held0 + 3 * MiB);
     lstm::detail::AlignedBuffer grows;
     grows.reserve(MiB);
     grows.reserve(MiB + MiB / 2);  // 1 + 1.5 MiB fit in 3
     CHECK(lstm::host_memory_held() == held0 + MiB + MiB / 2);
     auto* data = static_cast<unsigned char*>(grows.data());
     for (size_t k = 0; k < MiB; ++k) data[k] = static_cast<unsigned char>(k * 7);
-    const std::string message = out_of_memory_message([&] { grows.reserve(2 * MiB); });
+    const std::string message = lstm::test::out_of_memory_message([&] { grows.reserve(2 * MiB); });
     CHECK_THAT(message, Contains("host buffer: needs 2.00 MiB (2097152 bytes) more host memory"));
     CHECK_THAT(message, Contains("the library holds " + lstm::format_bytes(held0 + MiB + MiB / 2) +
                                  " of the " + lstm::format_bytes(held0 + 3 * MiB) + " budget"));
@@ -336,7 +319,7 @@ TEST_CASE("memory: buffers count what they allocate and give it back when freed"
     lstm::MemoryRequest request;
     request.add("y", 2 * MiB, MiB + MiB / 2);  // adds 0.5 MiB, keeps 1.5 MiB meanwhile
     CHECK(request.total() == MiB / 2);
-    CHECK_THAT(out_of_memory_message([&] { request.check("growing y"); }),
+    CHECK_THAT(lstm::test::out_of_memory_message([&] { request.check("growing y"); }),
                Contains("and keeps a growing buffer's old 1.50 MiB (1572864 bytes) until its "
                         "new one is allocated"));
     // Freeing returns bytes to the budget: the same growth fits once the buffer is gone.
@@ -352,7 +335,7 @@ TEST_CASE("memory: threads growing buffers at once never pass the budget togethe
     const uint64_t piece = uint64_t{256} << 10;
     const uint64_t held0 = lstm::host_memory_held();
     const uint64_t budget = held0 + 16 * piece;
-    const LimitScope limit(budget);
+    const lstm::test::MemoryLimitScope limit(budget);
     constexpr int kThreads = 4, kTries = 16;
     std::vector<std::vector<lstm::detail::AlignedBuffer>> buffers(kThreads);
     std::vector<int> refused(kThreads, 0), other_errors(kThreads, 0);
@@ -404,13 +387,13 @@ TEST_CASE("memory: a lifted limit (0) leaves only the machine's", "[memory]") {
     const uint64_t held0 = lstm::host_memory_held();
     lstm::detail::AlignedBuffer b;
     {
-        const LimitScope limit(held0 + (uint64_t{1} << 20));
-        CHECK_THAT(out_of_memory_message([&] { b.reserve(uint64_t{2} << 20); }),
+        const lstm::test::MemoryLimitScope limit(held0 + (uint64_t{1} << 20));
+        CHECK_THAT(lstm::test::out_of_memory_message([&] { b.reserve(uint64_t{2} << 20); }),
                    Contains("budget, the limit set with lstm::set_host_memory_limit"));
         CHECK(b.capacity() == 0);
         // A budget below what is held frees nothing and refuses any growth.
         lstm::set_host_memory_limit(1);
-        CHECK_THAT(out_of_memory_message([&] { b.reserve(64); }),
+        CHECK_THAT(lstm::test::out_of_memory_message([&] { b.reserve(64); }),
                    Contains("of the 1 bytes budget"));
         lstm::set_host_memory_limit(0);
         CHECK(lstm::host_memory_limit() == 0);
@@ -422,9 +405,7 @@ TEST_CASE("memory: a lifted limit (0) leaves only the machine's", "[memory]") {
 
 TEST_CASE("memory: the test hook fails exactly the k-th next request on its thread, then disarms",
           "[memory]") {
-    struct Disarm {
-        ~Disarm() { lstm::testing::fail_memory_request_after(-1); }
-    } disarm_at_exit;
+    const lstm::test::MemoryFailureDisarm disarm_at_exit;
     const uint64_t held0 = lstm::host_memory_held();
     for (int64_t k = 0; k < 4; ++k) {
         lstm::testing::fail_memory_request_after(k);
@@ -434,7 +415,7 @@ TEST_CASE("memory: the test hook fails exactly the k-th next request on its thre
             // A request for nothing (no growth) is not counted.
             lstm::MemoryRequest().add("nothing", 0).check("empty request");
             if (i > 0 && buffers[i - 1].capacity() != 0) buffers[i - 1].reserve(64);
-            messages.push_back(out_of_memory_message([&] { buffers[i].reserve(100); }));
+            messages.push_back(lstm::test::out_of_memory_message([&] { buffers[i].reserve(100); }));
         }
         INFO("k = " << k);
         for (size_t i = 0; i < messages.size(); ++i) {
@@ -458,13 +439,16 @@ TEST_CASE("memory: the test hook fails exactly the k-th next request on its thre
     lstm::testing::fail_memory_request_after(0);
     std::string other;
     std::thread([&] {
-        other = out_of_memory_message([] { lstm::MemoryRequest().add("a", 100).check("worker"); });
+        other = lstm::test::out_of_memory_message(
+            [] { lstm::MemoryRequest().add("a", 100).check("worker"); });
     }).join();
     CHECK(other.empty());
     CHECK(lstm::testing::memory_requests_seen() == 0);
     // -1 disarms and keeps the count; std::numeric_limits<int64_t>::max() only counts.
     lstm::testing::fail_memory_request_after(-1);
-    CHECK(out_of_memory_message([] { lstm::MemoryRequest().add("a", 100).check("x"); }).empty());
+    CHECK(lstm::test::out_of_memory_message([] {
+              lstm::MemoryRequest().add("a", 100).check("x");
+          }).empty());
     lstm::testing::fail_memory_request_after(std::numeric_limits<int64_t>::max());
     lstm::Config config;
     config.input_size = 4;
@@ -476,8 +460,9 @@ TEST_CASE("memory: the test hook fails exactly the k-th next request on its thre
         // Each of the constructor's requests fails in turn when armed for it, and none leaks.
         for (int64_t k = 0; k < seen; ++k) {
             lstm::testing::fail_memory_request_after(k);
-            CHECK_THAT(out_of_memory_message([&] { lstm::Lstm failed(config, "basic"); }),
-                       Contains("failure injected by lstm::testing::fail_memory_request_after"));
+            CHECK_THAT(
+                lstm::test::out_of_memory_message([&] { lstm::Lstm failed(config, "basic"); }),
+                Contains("failure injected by lstm::testing::fail_memory_request_after"));
             CHECK(lstm::testing::memory_requests_seen() == k + 1);
         }
     }

@@ -128,11 +128,6 @@ bool same_bits(const Snapshot& got, const Snapshot& want) {
 
 const char* head_name(nn::Head head) { return nn::to_string(head); }
 
-// Disarms lstm::testing::fail_memory_request_after however the scope ends.
-struct Disarm {
-    ~Disarm() { testing::fail_memory_request_after(-1); }
-};
-
 }  // namespace
 
 TEST_CASE("a refused training step changes nothing, and the run goes on as if it never came",
@@ -201,7 +196,7 @@ TEST_CASE("a step refused for memory at any of its requests changes nothing", "[
             int64_t refused = 0;
             for (int64_t k = 0;; ++k) {
                 const Snapshot before = snapshot(model);
-                const Disarm disarm;
+                const test::MemoryFailureDisarm disarm;
                 testing::fail_memory_request_after(k);
                 bool threw = false;
                 try {
@@ -432,7 +427,7 @@ TEST_CASE("a refused Lstm forward or backward leaves the layer as it was", "[nn]
             layer.set_dropout_state(seed, 0);
             layer.forward(a);
             {
-                const Disarm disarm;
+                const test::MemoryFailureDisarm disarm;
                 testing::fail_memory_request_after(k);
                 try {
                     layer.forward(b);
@@ -457,7 +452,7 @@ TEST_CASE("a refused Lstm forward or backward leaves the layer as it was", "[nn]
         const std::vector<float> grads_before(layer.gradients().begin(), layer.gradients().end());
         refused = 0;
         for (int64_t k = 0;; ++k) {
-            const Disarm disarm;
+            const test::MemoryFailureDisarm disarm;
             testing::fail_memory_request_after(k);
             try {
                 layer.backward(dya);
@@ -564,7 +559,7 @@ TEST_CASE("a checkpoint load refused for memory at any request changes nothing",
     int64_t refused = 0;
     for (int64_t k = 0;; ++k) {
         const Snapshot before = snapshot(model);
-        const Disarm disarm;
+        const test::MemoryFailureDisarm disarm;
         testing::fail_memory_request_after(k);
         try {
             io::load_checkpoint(path, model);

@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "lstm/error.hpp"
+#include "lstm/memory.hpp"
+
 #if LSTM_WITH_CUDA
 #include "lstm/cuda/runtime.hpp"
 #endif
@@ -214,6 +217,36 @@ double central_difference(double& value, double h, Loss&& loss) {
 template <typename T>
 bool all_finite(const std::vector<T>& v) {
     return std::all_of(v.begin(), v.end(), [](T x) { return std::isfinite(x); });
+}
+
+// Sets the host memory budget (lstm::set_host_memory_limit) for a scope, and lifts it afterwards
+// even when a check fails, so later cases run unlimited.
+struct MemoryLimitScope {
+    explicit MemoryLimitScope(uint64_t bytes) { lstm::set_host_memory_limit(bytes); }
+    ~MemoryLimitScope() { lstm::set_host_memory_limit(0); }
+    MemoryLimitScope(const MemoryLimitScope&) = delete;
+    MemoryLimitScope& operator=(const MemoryLimitScope&) = delete;
+};
+
+// Disarms lstm::testing::fail_memory_request_after however the scope ends, so that a failed
+// check cannot leave the hook armed for the next case.
+struct MemoryFailureDisarm {
+    MemoryFailureDisarm() = default;
+    MemoryFailureDisarm(const MemoryFailureDisarm&) = delete;
+    MemoryFailureDisarm& operator=(const MemoryFailureDisarm&) = delete;
+    ~MemoryFailureDisarm() { lstm::testing::fail_memory_request_after(-1); }
+};
+
+// The message of the lstm::OutOfMemory that `body` throws ("" when it throws nothing, which the
+// caller's CHECK_THAT then reports).
+template <typename Body>
+std::string out_of_memory_message(Body body) {
+    try {
+        body();
+    } catch (const lstm::OutOfMemory& e) {
+        return e.what();
+    }
+    return "";
 }
 
 }  // namespace lstm::test
