@@ -13,6 +13,7 @@
 #include "kernels/common/gates.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "lstm/detail/random.hpp"
+#include "register_case.hpp"
 
 namespace lstm::bench {
 
@@ -64,7 +65,7 @@ void register_activation_cases() {
         if ((targets & target) == 0) continue;
         const std::string name =
             std::string("kernels/activations/") + kernels::cpu::simd_fused_target_name(target);
-        benchmark::RegisterBenchmark(name.c_str(), [target](benchmark::State& state) {
+        register_case(name, [target](benchmark::State& state) {
             time_activations(state, target);
         })->Unit(benchmark::kMicrosecond);
     }

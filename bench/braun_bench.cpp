@@ -22,6 +22,7 @@
 #include "lstm/registry.hpp"
 #include "lstm/threads.hpp"
 #include "reference_check.hpp"
+#include "register_case.hpp"
 #include "threads.hpp"
 
 namespace lstm::bench {
@@ -166,8 +167,8 @@ void register_braun_cases(const BenchFlags& flags) {
                 // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
                 // misses the workers. It also makes GFLOP/s divide by wall time. GPU cases: the
                 // CUDA events of StepTimer (manual time).
-                auto* b = benchmark::RegisterBenchmark(
-                    case_name(c).c_str(), [c](benchmark::State& state) { run_case(state, c); });
+                auto* b = register_case(case_name(c),
+                                        [c](benchmark::State& state) { run_case(state, c); });
                 if (v->device() == Device::cuda)
                     b->UseManualTime();
                 else

@@ -16,6 +16,7 @@
 #include "lstm/loss/ctc.hpp"
 #include "lstm/reference/ctc_reference.hpp"
 #include "lstm/reference/tolerance.hpp"
+#include "register_case.hpp"
 #include "threads.hpp"
 
 namespace lstm::bench {
@@ -115,17 +116,17 @@ void register_ctc_cases(const BenchFlags& flags) {
         for (int threads : flags.threads) {
             const std::string name = std::string(avx2 ? "loss/ctc/cpu-avx2" : "loss/ctc/cpu") +
                                      "/threads:" + std::to_string(threads);
-            benchmark::RegisterBenchmark(name.c_str(),
-                                         [threads, avx2](benchmark::State& state) {
-                                             kernels::cpu::restrict_simd_to_avx2(avx2);
-                                             state.SetLabel(kernels::cpu::simd_target_name());
-                                             try {
-                                                 time_ctc(state, threads);
-                                             } catch (const std::exception& e) {
-                                                 fail_case(state, e.what());
-                                             }
-                                             kernels::cpu::restrict_simd_to_avx2(false);
-                                         })
+            register_case(name,
+                          [threads, avx2](benchmark::State& state) {
+                              kernels::cpu::restrict_simd_to_avx2(avx2);
+                              state.SetLabel(kernels::cpu::simd_target_name());
+                              try {
+                                  time_ctc(state, threads);
+                              } catch (const std::exception& e) {
+                                  fail_case(state, e.what());
+                              }
+                              kernels::cpu::restrict_simd_to_avx2(false);
+                          })
                 ->UseRealTime()
                 ->Unit(benchmark::kMillisecond);
         }

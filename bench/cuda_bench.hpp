@@ -2,8 +2,8 @@
 
 // The CUDA side of lstm_bench, shared by the Braun and DeepBench fixtures: whether a cuda case
 // can run here, a step timer of CUDA events on the case's stream (manual time), and the
-// reference check of a cuda variant through device buffers. Every function also accepts cpu
-// variants and layers (then it does what the host fixtures do), so a fixture is written once.
+// reference check of a variant on either device. Every function also accepts cpu variants and
+// layers (then it does what the host fixtures do), so a fixture is written once.
 
 #include <benchmark/benchmark.h>
 
@@ -41,7 +41,7 @@ private:
 
 // check_against_reference (reference_check.hpp) for a variant on either device: x (T, N, I) and
 // lengths (N) on the host, the parameters read from `layer` wherever they live. A cuda variant
-// runs on device buffers behind a host-facing proxy, so the same check code covers it.
+// runs on device buffers (reference::run_variant_parts), so the same check code covers it.
 std::optional<std::string> check_layer_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
     Span<const int64_t> lengths, const LstmT<float>& layer, bool with_split = false);
@@ -49,6 +49,7 @@ std::optional<std::string> check_layer_against_reference(
 // The same with host parameters (param_count(config)).
 std::optional<std::string> check_on_device_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
-    Span<const int64_t> lengths, Span<const float> params, bool with_split = false);
+    Span<const int64_t> lengths, Span<const float> params, bool with_split = false,
+    const std::string& path = {});
 
 }  // namespace lstm::bench

@@ -1,7 +1,7 @@
 #pragma once
 
 // Registers the DeepBench LSTM kernel cases (docs/benchmarks.md, "DeepBench kernel sizes") for
-// every variant, one fixture for both devices:
+// every variant, through the per-pass fixture of pass_bench.hpp (one for both devices):
 // deepbench/H:<H>/N:<N>/T:<T>/<fwd|bwd_data|bwd_weights|bwd>/cpu/<variant>/ threads:K, and
 // .../cuda/<variant> (once, no thread sweep; skipped with the reason when no GPU is visible).
 

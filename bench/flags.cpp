@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "shape_bench.hpp"
 #include "threads.hpp"
 #include "tools/parse_int.hpp"
 
@@ -56,6 +57,29 @@ void parse_flag(const IntFlag& flag, std::string_view arg) {
     *flag.list = std::move(values);
 }
 
+// Removes every --lstm_shape=VALUE from argv (as consume_int_flags does) and returns the values.
+// A list flag of strings, unlike the integer flags: several of them add up.
+std::vector<std::string> consume_shape_flags(int* argc, char** argv) {
+    constexpr std::string_view kShape = "--lstm_shape";
+    std::vector<std::string> values;
+    int kept = 1;
+    for (int i = 1; i < *argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == kShape)
+            throw std::invalid_argument(
+                "flag --lstm_shape takes its value after '=' "
+                "(--lstm_shape=VALUE), got '" +
+                std::string(arg) + "'");
+        if (starts_with(arg, std::string(kShape) + "="))
+            values.emplace_back(arg.substr(kShape.size() + 1));
+        else
+            argv[kept++] = argv[i];
+    }
+    *argc = kept;
+    argv[kept] = nullptr;
+    return values;
+}
+
 }  // namespace
 
 int max_cpu_workers() { return kMaxPerProcessor * all_cpu_threads(); }
@@ -93,11 +117,13 @@ void consume_int_flags(int* argc, char** argv, const std::vector<IntFlag>& flags
 
 BenchFlags parse_bench_flags(int* argc, char** argv) {
     BenchFlags flags;
+    flags.shapes = consume_shape_flags(argc, argv);
     consume_int_flags(
         argc, argv,
         {{"--lstm_threads", 1, max_cpu_workers(), nullptr, &flags.threads},
          {"--lstm_warmup_steps", 0, std::numeric_limits<int>::max(), &flags.warmup_steps},
-         {"--lstm_busy_processes", 0, max_cpu_workers(), &flags.busy_processes}});
+         {"--lstm_busy_processes", 0, max_cpu_workers(), &flags.busy_processes},
+         {"--lstm_all_paths", 0, 1, &flags.all_paths}});
     flags.threads_given = !flags.threads.empty();
     if (flags.threads.empty()) flags.threads = {all_cpu_threads()};
     return flags;
@@ -117,7 +143,18 @@ void print_help() {
         "  [--lstm_busy_processes=N]    N competing processes spin for the whole run (default\n"
         "                               0, at most 16 per processor): how the cases cope with a\n"
         "                               shared machine\n"
-        "  Each flag at most once, its value after '='.\n"
+        "  [--lstm_shape=SHAPE[;SHAPE...]]\n"
+        "                               time these stack shapes instead of the built-in cases:\n"
+        "                               shape/<shape>/<fwd|fwd_bwd>/<device>/<variant>/..., for\n"
+        "                               every variant, each checked against the reference first.\n"
+        "                               SHAPE is %s\n"
+        "                               (defaults: layers=1, dirs=1, proj=0: none, bias=1), e.g.\n"
+        "                               "
+        "--lstm_shape='T=100,N=64,I=123,H=320;T=25,N=16,I=512,H=512'\n"
+        "  [--lstm_all_paths=1]         deepbench/ and shape/ cases time every path of each\n"
+        "                               variant (fused: avx512, avx2, eigen, ... as this CPU\n"
+        "                               runs them), named .../<variant>/path:<name>/...\n"
+        "  Each flag at most once (--lstm_shape as often as wanted), its value after '='.\n"
         "\nExit status: 0 every case ran or cannot run here (reported with its reason), 1 a case\n"
         "failed (ERROR OCCURRED: a reference check, a non-finite loss, an exception), 2 usage.\n"
         "\nFor mean and standard deviation, pass --benchmark_repetitions=N (e.g. 5) and\n"
@@ -127,7 +164,7 @@ void print_help() {
         "peak_frac = GFLOP/s / that peak. The context printed first names the CPU, its\n"
         "instruction sets and the path each variant takes on it (docs/benchmarks.md, \"Peak and\n"
         "paths\").\n",
-        all_cpu_threads());
+        all_cpu_threads(), kShapeSyntax);
 }
 
 }  // namespace lstm::bench

@@ -4,6 +4,7 @@
 // are parsed (and removed from argv) before benchmark::Initialize, which would otherwise reject
 // them as unknown.
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,13 @@ struct BenchFlags {
     // --lstm_busy_processes=N: competing processes that spin for the whole run (contention.hpp),
     // started after the peak measurement.
     int busy_processes = 0;
+    // --lstm_shape=SHAPE[;SHAPE...], each flag's value as given, in order (shape_bench.hpp parses
+    // them); the only flag that may be given more than once. With any, lstm_bench registers the
+    // shape cases alone.
+    std::vector<std::string> shapes;
+    // --lstm_all_paths=1: the per-pass cases (deepbench/, shape/) time every path of each
+    // variant (Variant::paths, "/path:<name>" in the case name) instead of its default one.
+    int all_paths = 0;
 };
 
 // Untimed warm-up repeats for a case on `device`: --lstm_warmup_steps, plus one on CUDA. There a

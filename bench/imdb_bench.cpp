@@ -19,6 +19,7 @@
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
 #include "reference_check.hpp"
+#include "register_case.hpp"
 #include "threads.hpp"
 
 namespace lstm::bench {
@@ -195,8 +196,7 @@ void register_imdb_cases(const BenchFlags& flags) {
             for (int k : threads) {
                 const ImdbCase c{mode, v, k, flags.warmup_steps};
                 // Real time: the work runs on an OpenMP team (see braun_bench.cpp).
-                benchmark::RegisterBenchmark(case_name(c).c_str(),
-                                             [c](benchmark::State& state) { run_case(state, c); })
+                register_case(case_name(c), [c](benchmark::State& state) { run_case(state, c); })
                     ->UseRealTime()
                     ->Unit(benchmark::kMillisecond);
             }

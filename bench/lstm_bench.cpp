@@ -1,4 +1,5 @@
-// lstm_bench: the published LSTM benchmark workloads on every registered variant and device.
+// lstm_bench: the published LSTM benchmark workloads, or any stack shape (--lstm_shape), on every
+// registered variant and device.
 // Run with --help for the flags; docs/benchmarks.md describes what is timed and counted.
 
 #include <benchmark/benchmark.h>
@@ -23,6 +24,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "lstm/variants/fused.hpp"
 #include "pair_bench.hpp"
+#include "shape_bench.hpp"
 
 namespace {
 
@@ -51,13 +53,15 @@ private:
 
 int main(int argc, char** argv) {
     lstm::bench::BenchFlags flags;
+    std::vector<lstm::bench::PassShape> shapes;
     try {
         flags = lstm::bench::parse_bench_flags(&argc, argv);
+        shapes = lstm::bench::parse_shapes(flags.shapes);
         // A bad LSTM_MAX_CPU_ISA or LSTM_FUSED_ISA is named here, before every case that uses it
         // would fail with it.
         (void)lstm::kernels::cpu::isa_cap();
         try {
-            (void)lstm::cpu::fused_isa();
+            (void)lstm::cpu::default_fused_isa();
         } catch (const lstm::Unsupported&) {
             // A well-formed LSTM_FUSED_ISA this CPU cannot run fails the fused cases alone, each
             // with this reason, while the other variants' cases still run.
@@ -68,16 +72,21 @@ int main(int argc, char** argv) {
     }
     benchmark::Initialize(&argc, argv, lstm::bench::print_help);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-    lstm::bench::register_braun_cases(flags);
-    lstm::bench::register_pair_cases(flags);
-    lstm::bench::register_ctc_cases(flags);
-    lstm::bench::register_imdb_cases(flags);
-    lstm::bench::register_deepbench_cases(flags);
-    lstm::bench::register_activation_cases();
-    // Every count a CPU case runs with: braun, deepbench and loss/ctc use --lstm_threads,
+    // Every count a CPU case runs with: braun, deepbench, shape and loss/ctc use --lstm_threads,
     // bahrampour its own sweep unless that flag is given.
     std::vector<int> cpu_threads = flags.threads;
-    for (int k : lstm::bench::imdb_thread_counts(flags)) cpu_threads.push_back(k);
+    if (!shapes.empty()) {
+        // A shape asked for is what the run is for; the built-in cases would take hours beside it.
+        lstm::bench::register_shape_cases(shapes, flags);
+    } else {
+        lstm::bench::register_braun_cases(flags);
+        lstm::bench::register_pair_cases(flags);
+        lstm::bench::register_ctc_cases(flags);
+        lstm::bench::register_imdb_cases(flags);
+        lstm::bench::register_deepbench_cases(flags);
+        lstm::bench::register_activation_cases();
+        for (int k : lstm::bench::imdb_thread_counts(flags)) cpu_threads.push_back(k);
+    }
     std::unique_ptr<lstm::bench::BusyProcesses> busy;
     bool busy_failed = false;
     BeforeFirstCase display(*benchmark::CreateDefaultDisplayReporter(), [&] {

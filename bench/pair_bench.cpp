@@ -16,6 +16,7 @@
 #include "lstm/nn/model.hpp"
 #include "lstm/registry.hpp"
 #include "pair_stats.hpp"
+#include "register_case.hpp"
 #include "threads.hpp"
 
 namespace lstm::bench {
@@ -147,8 +148,7 @@ void register_pair_cases(const BenchFlags& flags) {
                 const std::string name = std::string("pair/") + s.name + "/cpu/" + v->name() + ":" +
                                          kPeer + "/threads:" + std::to_string(threads);
                 // Manual time: each iteration reports the pair's two steps.
-                benchmark::RegisterBenchmark(name.c_str(),
-                                             [c](benchmark::State& state) { run_pair(state, c); })
+                register_case(name, [c](benchmark::State& state) { run_pair(state, c); })
                     ->UseManualTime()
                     ->Unit(benchmark::kMillisecond);
             }

@@ -1,7 +1,14 @@
-# lstm_cuda: the compiled half of the library, built when LSTM_WITH_CUDA is 1. It holds the
-# device kernels (kernels/cuda/*.cu), the CUDA variants' host code (lstm/variants/*.cpp: cuBLAS,
-# cuDNN, streams, graphs) and the runtime services behind lstm/cuda/*.hpp. The header-only `lstm`
-# target links it, so a consumer of lstm::lstm gets it without naming it.
+# lstm_cuda: the CUDA part of the library, built when LSTM_WITH_CUDA is 1, and the lstm::cuda
+# target that brings it. It holds the device kernels (kernels/cuda/*.cu), the CUDA variants' host
+# code (lstm/variants/*.cpp: cuBLAS, cuDNN, streams, graphs) with their registry entry
+# (lstm/registry_cuda.cpp), the runtime services behind lstm/cuda/*.hpp and the device halves of
+# the losses and of lstm/nn. lstm::lstm does not link it: a CPU program links no CUDA library
+# (no cudart, cuBLAS, cuBLASLt, cuDNN); a program that runs anything on a GPU links lstm::cuda,
+# and then has the CUDA variants in its registry (CPU first, then CUDA).
+#
+# lstm::cuda links lstm_cuda as a whole archive. The CPU part names the CUDA entry points only
+# weakly or defines weak stand-ins for them (lstm/cuda/link.hpp), and neither makes a static link
+# take an archive member; whole, every member is in, whichever entry points the program uses.
 #
 # Whole-program CUDA compilation (no separable compilation): the static library needs no device
 # link step, so consumers link it with their ordinary C++ linker.
@@ -17,7 +24,9 @@ file(GLOB LSTM_CUDA_SOURCES CONFIGURE_DEPENDS
     ${PROJECT_SOURCE_DIR}/lstm/variants/*.cpp
     ${PROJECT_SOURCE_DIR}/lstm/loss/*.cpp
     ${PROJECT_SOURCE_DIR}/lstm/nn/*.cpp)
-add_library(lstm_cuda STATIC ${LSTM_CUDA_SOURCES})
+# The CPU part's stand-ins (lstm_variants), not lstm_cuda's.
+list(REMOVE_ITEM LSTM_CUDA_SOURCES ${PROJECT_SOURCE_DIR}/lstm/cuda/absent.cpp)
+add_library(lstm_cuda STATIC ${LSTM_CUDA_SOURCES} ${PROJECT_SOURCE_DIR}/lstm/registry_cuda.cpp)
 add_library(lstm::lstm_cuda ALIAS lstm_cuda)
 set_target_properties(lstm_cuda PROPERTIES
     POSITION_INDEPENDENT_CODE ON
@@ -31,8 +40,9 @@ target_compile_definitions(lstm_cuda PUBLIC
     LSTM_WITH_CUDA=1
     LSTM_WITH_CUDNN=${LSTM_WITH_CUDNN}
     LSTM_WITH_ONEDNN=${LSTM_WITH_ONEDNN})
-# lstm_cpu for the host memory query (lstm/memory.cpp) its host buffers are checked against.
-target_link_libraries(lstm_cuda PUBLIC lstm_cpu CUDA::cudart CUDA::cublas)
+# lstm_variants for the CPU part it completes (whose stand-ins its definitions replace), lstm_cpu
+# for the host memory query (lstm/memory.cpp) its host buffers are checked against.
+target_link_libraries(lstm_cuda PUBLIC lstm_variants lstm_cpu CUDA::cudart CUDA::cublas)
 if(LSTM_WITH_CUDNN)
     target_include_directories(lstm_cuda PRIVATE ${LSTM_CUDNN_INCLUDE_DIR})
     target_link_libraries(lstm_cuda PUBLIC ${LSTM_CUDNN_LIBRARY})
@@ -42,3 +52,14 @@ endif()
 target_compile_options(lstm_cuda PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wshadow --expt-relaxed-constexpr>)
+
+# lstm::cuda (exported as lstm::cuda, component `cuda` of the package): lstm::lstm plus the whole
+# of lstm_cuda. Every target that needs the CUDA part links this, never lstm_cuda itself: CMake
+# refuses a link that names one library both whole and plain. The installed package names the
+# archive by its exported name (an export does not rename targets inside $<LINK_LIBRARY>).
+add_library(lstm_cuda_component INTERFACE)
+add_library(lstm::cuda ALIAS lstm_cuda_component)
+set_target_properties(lstm_cuda_component PROPERTIES EXPORT_NAME cuda)
+target_link_libraries(lstm_cuda_component INTERFACE lstm
+    "$<BUILD_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,lstm_cuda>>"
+    "$<INSTALL_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,lstm::lstm_cuda>>")

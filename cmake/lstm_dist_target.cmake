@@ -15,7 +15,7 @@ if(LSTM_WITH_NCCL)
     set_target_properties(lstm_dist_nccl PROPERTIES POSITION_INDEPENDENT_CODE ON
         EXPORT_NAME dist_nccl)
     target_include_directories(lstm_dist_nccl PRIVATE ${LSTM_NCCL_INCLUDE_DIR})
-    target_link_libraries(lstm_dist_nccl PUBLIC lstm_cuda CUDA::cudart ${LSTM_NCCL_LIBRARY})
+    target_link_libraries(lstm_dist_nccl PUBLIC lstm::cuda CUDA::cudart ${LSTM_NCCL_LIBRARY})
     target_compile_options(lstm_dist_nccl PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
     target_link_libraries(lstm_dist INTERFACE lstm_dist_nccl)
 endif()

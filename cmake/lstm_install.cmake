@@ -1,7 +1,8 @@
 # `cmake --install` gives a package that find_package(lstm) + target_link_libraries(app lstm::lstm)
 # consumes: the headers of lstm/ and kernels/, the exported interface target and its config. A
-# build with oneDNN also exports lstm::onednn, and one with MPI lstm::dist (data-parallel
-# training; with NCCL its compiled device back-end, lstm::dist_nccl, which lstm::dist links).
+# build with CUDA also exports lstm::cuda (the CUDA variants, kernels and runtime services), one
+# with oneDNN lstm::onednn, and one with MPI lstm::dist (data-parallel training; with NCCL its
+# compiled device back-end, lstm::dist_nccl, which lstm::dist links and which links lstm::cuda).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -36,16 +37,23 @@ install(DIRECTORY lstm kernels DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
     FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh" ${lstm_header_excludes})
 if(NOT LSTM_WITH_CUDA)
     # kernels/cpu/optim.hpp shares the optimizers' update rules with the CUDA kernels through
-    # this one, which includes no CUDA header.
-    install(FILES kernels/cuda/optim.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kernels/cuda)
+    # this one, which includes no CUDA header (nor does the launcher convention it names), and
+    # lstm/loss/ctc.hpp includes ctc_cuda.hpp, whose declarations need lstm/cuda/link.hpp.
+    install(FILES kernels/cuda/optim.hpp kernels/cuda/launch.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kernels/cuda)
+    install(FILES lstm/cuda/link.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lstm/cuda)
 endif()
 install(TARGETS lstm lstm_cpu lstm_variants EXPORT lstmTargets)
-if(LSTM_WITH_CUDA)
-    install(TARGETS lstm_cuda EXPORT lstmTargets)
-endif()
 install(EXPORT lstmTargets NAMESPACE lstm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
 # The optional parts in export files of their own: the package config loads each only where its
-# dependency is found, so that a program linking lstm::lstm alone needs neither oneDNN nor MPI.
+# dependency is found, so that a program linking lstm::lstm alone needs neither the CUDA toolkit,
+# oneDNN nor MPI.
+if(LSTM_WITH_CUDA)
+    # Its link interface names libcudnn by the absolute path this build found.
+    install(TARGETS lstm_cuda lstm_cuda_component EXPORT lstmCudaTargets)
+    install(EXPORT lstmCudaTargets NAMESPACE lstm::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lstm)
+endif()
 if(LSTM_WITH_ONEDNN)
     install(TARGETS lstm_onednn EXPORT lstmOnednnTargets)
     install(EXPORT lstmOnednnTargets NAMESPACE lstm::

@@ -1,4 +1,4 @@
-# lstm_variants: the registry and every variant's host code (lstm/registry.cpp), the report of
+# lstm_variants: the registry and the CPU variants' host code (lstm/registry.cpp), the report of
 # the paths they take (lstm/host_info.cpp), the safetensors reader and writer (lstm/io/safetensors.cpp, safetensors_write.cpp) and the float and double instances of
 # Lstm, the dense layer, the optimizers and SequenceModel (lstm/templates.cpp), compiled once in
 # the library instead of in each program that includes <lstm/lstm.hpp>. Programs then compile only the interface
@@ -33,8 +33,10 @@ target_compile_definitions(lstm_variants PUBLIC
 # look for them.
 target_link_libraries(lstm_variants PUBLIC lstm_cpu OpenMP::OpenMP_CXX
     PRIVATE $<BUILD_INTERFACE:Eigen3::Eigen> $<BUILD_INTERFACE:nlohmann_json::nlohmann_json>)
+# With CUDA, the stand-ins for the CUDA entry points a program without lstm::cuda can reach
+# (lstm/cuda/link.hpp): lstm_variants names lstm_cuda's functions, but does not link it.
 if(LSTM_WITH_CUDA)
-    target_link_libraries(lstm_variants PUBLIC lstm_cuda)
+    target_sources(lstm_variants PRIVATE ${PROJECT_SOURCE_DIR}/lstm/cuda/absent.cpp)
 endif()
 if(LSTM_NATIVE_ARCH)
     target_compile_options(lstm_variants PRIVATE -march=native)

@@ -96,28 +96,15 @@ std::string variant_path(const Variant& variant) {
         return "no CUDA device visible (this build has no CUDA back-end)";
 #endif
     }
-    if (dynamic_cast<const cpu::BasicVariant*>(&variant) != nullptr)
-        return "Eigen GEMMs compiled for " + eigen_instruction_sets();
-    if (dynamic_cast<const cpu::FusedVariant*>(&variant) != nullptr) {
-        // fused_isa() throws on a malformed LSTM_FUSED_ISA; the report says so instead of
-        // stopping. Paths are told apart by name, so a path added to FusedIsa still reports.
+    if (variant.device() == Device::cpu) {
+        // default_path() throws on a malformed LSTM_FUSED_ISA; the report says so instead of
+        // stopping.
         try {
-            const std::string isa = cpu::fused_isa_name(cpu::fused_isa());
-            // The Highway kernel set, held to one target whatever simd_target says.
-            for (cpu::FusedIsa simd : cpu::kSimdFusedIsas)
-                if (isa == cpu::fused_isa_name(simd))
-                    return isa + " kernels (Highway, " +
-                           kernels::cpu::simd_fused_target_name(cpu::fused_isa_target(simd)) +
-                           " target)";
-            if (isa == "eigen")
-                return "eigen kernels (Eigen compiled for " + eigen_instruction_sets() + ")";
-            return isa + " kernels";
+            return variant.describe_path(variant.default_path(DType::f32));
         } catch (const Error& e) {
             return std::string("cannot run: ") + e.what();
         }
     }
-    if (lstm_onednn_variant && &variant == lstm_onednn_variant())
-        return std::string("oneDNN JIT up to ") + lstm_onednn_cpu_isa();
     return "";
 }
 

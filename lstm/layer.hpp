@@ -30,6 +30,7 @@
 #include "lstm/detail/layer_ops.hpp"
 #include "lstm/detail/random.hpp"
 #include "lstm/memory.hpp"
+#include "lstm/plan_cache.hpp"
 #include "lstm/registry.hpp"
 
 #if LSTM_WITH_CUDA
@@ -276,6 +277,26 @@ public:
         layer_gradients_ready_ = std::move(hook);
     }
 
+    // The variant path this layer's calls take (one of variant().paths(dtype); see Variant):
+    // empty, the default, lets the variant choose when it makes a plan. Throws lstm::Unsupported
+    // for a path this host cannot take, and then keeps the previous one.
+    void set_path(std::string path) {
+        if (!path.empty()) {
+            const std::vector<std::string> known = variant_->paths(dtype_of<T>());
+            if (std::find(known.begin(), known.end(), path) == known.end()) {
+                std::string list;
+                for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+                fail_as<Unsupported>("Lstm::set_path: variant '", variant_->name(),
+                                     "' has no path '", path, "' for ", to_string(dtype_of<T>()),
+                                     " on this host; it has: ", list);
+            }
+        }
+        path_ = std::move(path);
+    }
+    const std::string& path() const { return path_; }
+    // The plans this layer made (one per call shape it ran), least recently used dropped first.
+    const PlanCache& plans() const { return plans_; }
+
     // Bytes of the buffers the last forward needed (reserve + workspace of the training step).
     size_t workspace_bytes() const { return workspace_need_; }
     size_t reserve_bytes() const { return reserve_need_; }
@@ -367,7 +388,6 @@ private:
             detail::check_lengths(lengths, seq_len, batch);
             return run_without_sequences(x, h0, c0, seq_len, training);
         }
-        const DType dtype = dtype_of<T>();
         const int64_t layers = config_.num_layers;
         const bool dropped = training && config_.dropout > 0.0 && layers > 1;
         const bool staged = dropped || (training && layers > 1 && layer_gradients_ready_);
@@ -381,11 +401,10 @@ private:
         size_t workspace_need = 0, reserve_need = 0;
         for (int64_t l = 0; l < (staged ? layers : 1); ++l) {
             const Config cl = staged ? core_.single_layer(l) : core_;
-            workspace_need =
-                std::max(workspace_need, variant_->workspace_bytes(cl, dtype, seq_len, batch));
+            workspace_need = std::max(workspace_need, plan(cl, seq_len, batch)->workspace_bytes());
             next_reserve_offset_[static_cast<size_t>(l)] = reserve_need;
             if (training) {
-                const size_t bytes = variant_->reserve_bytes(cl, dtype, seq_len, batch);
+                const size_t bytes = plan(cl, seq_len, batch)->reserve_bytes();
                 reserve_need += staged ? round_up(bytes, kReserveAlign) : bytes;
             }
         }
@@ -494,11 +513,11 @@ private:
             a.cn = state_slice(cn_, k, count, config_.hidden_size);
             a.workspace = workspace_.data();
             a.workspace_size = workspace_.size();
+            const std::shared_ptr<const Plan> p = plan(ck, seq_len, batch_);
             a.reserve = training ? layer_reserve(k) : nullptr;
-            a.reserve_size =
-                training ? variant_->reserve_bytes(ck, dtype_of<T>(), seq_len, batch_) : 0;
+            a.reserve_size = training ? p->reserve_bytes() : 0;
             a.context = context_;
-            variant_->forward(ck, a);
+            p->forward(a);
             if (dropped_ && k + 1 < calls)
                 detail::dropout(device_, context_, seq_len * batch_ * out_width(), dropout_key(k),
                                 config_.dropout, stage(k, Stage::output), stage(k, Stage::mask),
@@ -535,10 +554,11 @@ private:
             a.dparams = layer_params(gradients().data, k, ck);
             a.workspace = workspace_.data();
             a.workspace_size = workspace_.size();
+            const std::shared_ptr<const Plan> p = plan(ck, seq_len, batch_);
             a.reserve = layer_reserve(k);
-            a.reserve_size = variant_->reserve_bytes(ck, dtype_of<T>(), seq_len, batch_);
+            a.reserve_size = p->reserve_bytes();
             a.context = context_;
-            variant_->backward(ck, a);
+            p->backward(a);
             if (layer_gradients_ready_)
                 for (int64_t l = (k + 1) * count - 1; l >= k * count; --l)
                     layer_gradients_ready_(l);
@@ -720,6 +740,13 @@ private:
     TensorView<const T> c_state_view(const Buffer& b) const {
         return state_view(b, config_.hidden_size);
     }
+    // The plan of one variant call of `config` (core_ or one of its layers) on (T, N).
+    std::shared_ptr<const Plan> plan(const Config& config, int64_t seq_len, int64_t batch) const {
+        PlanRequest request{config, dtype_of<T>(), seq_len, batch, path_};
+        request.context = context_;
+        return plans_.get(*variant_, request);
+    }
+
     TensorView<const T> state_view(const Buffer& b, int64_t width) const {
         if (unbatched_)
             return TensorView<const T>(b.template as<T>(), {config_.num_cells(), width}, device_);
@@ -732,6 +759,8 @@ private:
     const Variant* variant_;
     Device device_;
     cuda::Context* context_;  // the owned or the borrowed one; null on the host
+    std::string path_;        // see set_path
+    mutable PlanCache plans_;
 #if LSTM_WITH_CUDA
     // Declared before the buffers, so it is destroyed after them.
     std::unique_ptr<cuda::Context> owned_context_;

@@ -2,10 +2,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/environment.hpp"
+#include "lstm/cell.hpp"
 #include "lstm/config.hpp"
 #include "lstm/error.hpp"
 #include "lstm/params.hpp"
@@ -106,12 +109,91 @@ BackwardArgs<T> backward_args_from(const ForwardArgs<T>& f) {
     return b;
 }
 
-// THE interface every LSTM implementation follows. Public entry points validate their arguments
-// (throwing lstm::Error that names the argument) and then call the variant's run_* hooks, which
-// may assume valid input and must not allocate.
+class Variant;
+
+// What a plan is made for: one problem of one variant. `path` names the code the plan runs, one
+// of Variant::paths(dtype) (an instruction set now, a precision next); empty asks for the
+// variant's choice on this host (Variant::default_path). Short names, so a request that is only
+// compared (a plan cache's lookup) does not allocate.
+struct PlanRequest {
+    PlanRequest() = default;
+    PlanRequest(const Config& config_, DType dtype_, int64_t seq_len_, int64_t batch_,
+                std::string path_ = {}, cuda::Context* context_ = nullptr)
+        : config(config_),
+          dtype(dtype_),
+          seq_len(seq_len_),
+          batch(batch_),
+          path(std::move(path_)),
+          context(context_) {}
+
+    Config config;  // config.core(): time-major, no dropout
+    DType dtype = DType::f32;
+    int64_t seq_len = 0;               // T
+    int64_t batch = 0;                 // N
+    std::string path;                  // empty: Variant::default_path(dtype)
+    cuda::Context* context = nullptr;  // CUDA variants: the context the plan's calls run on
+};
+
+// A variant's decisions for one problem, made once and run many times (the way CUTLASS's
+// operators and oneDNN's primitives are): the path it takes, the sizes of the workspace and the
+// reserve it needs, and whatever it prepared (oneDNN's primitives). Variant::make_plan builds
+// one; a PlanCache (lstm/plan_cache.hpp) keeps them. forward() and backward() validate their
+// arguments against the plan's problem (lstm::Error naming the argument), then run; they may be
+// called from several threads at once when the caller gives each its own buffers.
+class Plan {
+public:
+    virtual ~Plan() = default;
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+
+    const Variant& variant() const { return *variant_; }
+    // The problem, with the path resolved.
+    const PlanRequest& request() const { return request_; }
+    const Config& config() const { return request_.config; }
+    const std::string& path() const { return request_.path; }
+    // Bytes of scratch for one forward or backward call, and bytes a training forward leaves
+    // for backward.
+    size_t workspace_bytes() const { return workspace_bytes_; }
+    size_t reserve_bytes() const { return reserve_bytes_; }
+    // Host memory the plan holds itself (oneDNN's primitives and memory descriptors, say), for
+    // a cache's byte bound; workspace and reserve are the caller's and not counted.
+    virtual size_t held_bytes() const { return 0; }
+
+    template <typename T>
+    void forward(const ForwardArgs<T>& args) const;
+    template <typename T>
+    void backward(const BackwardArgs<T>& args) const;
+
+protected:
+    // `request` has its path resolved and has passed Variant::make_plan's checks.
+    Plan(const Variant& variant, PlanRequest request, size_t workspace_bytes, size_t reserve_bytes)
+        : variant_(&variant),
+          request_(std::move(request)),
+          workspace_bytes_(workspace_bytes),
+          reserve_bytes_(reserve_bytes) {}
+
+    // The calls for arguments already checked; a plan implements the dtypes its variant's
+    // supports() accepts and must not allocate in them.
+    virtual void run_forward(const ForwardArgs<float>&) const { unsupported(); }
+    virtual void run_forward(const ForwardArgs<double>&) const { unsupported(); }
+    virtual void run_backward(const BackwardArgs<float>&) const { unsupported(); }
+    virtual void run_backward(const BackwardArgs<double>&) const { unsupported(); }
+
+private:
+    [[noreturn]] void unsupported() const;
+
+    const Variant* variant_;
+    PlanRequest request_;
+    size_t workspace_bytes_, reserve_bytes_;
+};
+
+// THE interface every LSTM implementation follows: what it is and can run, answered before
+// anything runs, and plans (make_plan) that do the work. The direct calls below go through the
+// default plan cache.
 class Variant {
 public:
-    virtual ~Variant() = default;
+    // Drops this variant's plans from the default plan cache.
+    virtual ~Variant();
 
     // Stable name used by the registry, the bench and the tests: "basic", "fused", "onednn", ...
     virtual const char* name() const = 0;
@@ -126,19 +208,39 @@ public:
         return std::string("backward runs as one call (BackwardPart::all only)");
     }
 
-    // Bytes of temporary scratch for one forward or backward call on (T, N). Throws lstm::Error
-    // for a malformed config, T or N below 1, or sizes whose byte counts overflow.
-    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                           int64_t batch) const {
-        check_sizes(config, seq_len, batch, "workspace_bytes");
-        return run_workspace_bytes(config, dtype, seq_len, batch);
-    }
-    // Bytes a training forward writes for backward to read; throws as workspace_bytes() does.
-    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const {
-        check_sizes(config, seq_len, batch, "reserve_bytes");
-        return run_reserve_bytes(config, dtype, seq_len, batch);
-    }
+    // The paths this variant can take for `dtype` on this host (and build), the variant's
+    // choice first: "default" for a variant with one. Tests and lstm_bench iterate them, so a
+    // path a variant lists is tested and timed.
+    virtual std::vector<std::string> paths(DType /*dtype*/) const { return {"default"}; }
+    // The path a request without one gets. Throws lstm::Unsupported where an explicit choice
+    // from the environment (LSTM_FUSED_ISA) names a path this host cannot take.
+    virtual std::string default_path(DType /*dtype*/) const { return "default"; }
+    // What `path` runs on this host, for reports (lstm_tool info, the bench's context).
+    virtual std::string describe_path(const std::string& path) const { return path; }
+    // Why `path` is not among paths() on this host ("this CPU has no AVX-512"), for the error
+    // that refuses it; empty where the variant has no such path anywhere.
+    virtual std::string why_no_path(const std::string& /*path*/) const { return ""; }
+    // The element-wise cell it computes (lstm/cell.hpp): the oracle checks it against this
+    // description. PyTorch's for every built-in variant.
+    virtual const CellFunctions& cell() const { return pytorch_cell(); }
 
+    // A plan for `request` (see Plan). Throws lstm::Error for a malformed config, T or N below 1,
+    // sizes whose byte counts overflow or a path not in paths(), and lstm::Unsupported where
+    // supports() objects. Builds anew on each call; PlanCache keeps plans.
+    std::unique_ptr<Plan> make_plan(const PlanRequest& request) const;
+
+    // What a plan of `request` depends on beyond the request (oneDNN's primitives: the OpenMP
+    // thread count they were built for), so a cache keeps one plan per value; 0 for most.
+    virtual int64_t plan_tag(const PlanRequest& /*request*/) const { return 0; }
+
+    // Bytes of temporary scratch for one forward or backward call on (T, N), on the default
+    // path. Throws as make_plan() does.
+    size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const;
+    // Bytes a training forward writes for backward to read; throws as make_plan() does.
+    size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const;
+
+    // One call on the default path through the process's default plan cache
+    // (lstm::default_plan_cache()): the plan is built on the first call of a problem.
     template <typename T>
     void forward(const Config& config, const ForwardArgs<T>& args) const;
     template <typename T>
@@ -166,23 +268,31 @@ public:
     }
 
 protected:
-    // The sizes above for arguments already checked. A variant's buffers are fewer than 64
-    // planes of T * N * num_cells * (4H + input + S) elements of at most 8 bytes, which
-    // check_sizes bounds, plus copies of the weights and scratch rows of 4H, which
-    // Config::validate bounds.
-    virtual size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                       int64_t batch) const = 0;
-    virtual size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                     int64_t batch) const = 0;
+    // The plan of a request make_plan() has checked, its path resolved. The default serves
+    // variants written as calls (the hooks below): its plan sizes through them and runs them.
+    virtual std::unique_ptr<Plan> build_plan(const PlanRequest& request) const;
+
+    // Hooks of a variant written as calls rather than plans (the CUDA ones, for now), used by
+    // the default build_plan(): sizes and calls for arguments already checked. A variant's
+    // buffers are fewer than 64 planes of T * N * num_cells * (4H + input + S) elements of at
+    // most 8 bytes, which make_plan bounds, plus copies of the weights and scratch rows of 4H,
+    // which Config::validate bounds.
+    virtual size_t run_workspace_bytes(const Config&, DType, int64_t, int64_t) const {
+        unsupported();
+    }
+    virtual size_t run_reserve_bytes(const Config&, DType, int64_t, int64_t) const {
+        unsupported();
+    }
     virtual void run_forward(const Config&, const ForwardArgs<float>&) const { unsupported(); }
     virtual void run_forward(const Config&, const ForwardArgs<double>&) const { unsupported(); }
     virtual void run_backward(const Config&, const BackwardArgs<float>&) const { unsupported(); }
     virtual void run_backward(const Config&, const BackwardArgs<double>&) const { unsupported(); }
 
 private:
-    // The sizing queries' own validation (the forward and backward calls check the same through
-    // their tensors): without it a negative T wraps to a huge size_t, and N = 0 reaches oneDNN's
-    // primitive descriptors, which divide by it.
+    friend class CallPlan;
+
+    // make_plan's own validation of sizes: without it a negative T wraps to a huge size_t, and
+    // N = 0 reaches oneDNN's primitive descriptors, which divide by it.
     static void check_sizes(const Config& config, int64_t seq_len, int64_t batch,
                             const char* query) {
         config.validate();
@@ -246,8 +356,12 @@ inline void check_buffer(const void* data, size_t have, size_t need, const char*
           data == nullptr ? 0 : have, data == nullptr ? " (null)" : "");
 }
 
+// The checks forward and backward share, against the plan's problem.
 template <typename A>
-void check_common(const Variant& variant, const Config& config, const A& args, DType dtype) {
+void check_common(const Plan& plan, const A& args) {
+    const Variant& variant = plan.variant();
+    const Config& config = plan.config();
+    const PlanRequest& request = plan.request();
     if (variant.device() == Device::cpu) kernels::cpu::check_cpu_environment();
     check(!args.x.empty(), "x must be given, got an empty view");
     check(args.x.rank() == 3, "x must have rank 3 (T, N, I), got shape ", args.x.shape_string());
@@ -256,8 +370,14 @@ void check_common(const Variant& variant, const Config& config, const A& args, D
     check(batch >= 1, "x.size(1) (N) must be >= 1, got ", batch);
     check(args.x.size(2) == config.input_size, "x.size(2) = ", args.x.size(2),
           " does not match config.input_size = ", config.input_size);
+    check(seq_len == request.seq_len && batch == request.batch, "x is (T ", seq_len, ", N ", batch,
+          ") but the plan was made for T ", request.seq_len, ", N ", request.batch);
     check_lengths(args.lengths, seq_len, batch);
-    variant.require(config, dtype, has_variable_lengths(args.lengths, seq_len));
+    if (has_variable_lengths(args.lengths, seq_len)) {
+        if (auto why = variant.supports_variable_lengths())
+            fail_as<Unsupported>("variant '", variant.name(), "' (", to_string(variant.device()),
+                                 ") cannot take per-sequence lengths: ", *why);
+    }
     check_optional_h(args.h0, "h0", config, batch);
     check_optional_c(args.c0, "c0", config, batch);
     check(args.params.numel() == param_count(config), "params has ", args.params.numel(),
@@ -267,38 +387,47 @@ void check_common(const Variant& variant, const Config& config, const A& args, D
           "context must be an lstm::cuda::Context "
           "for the CUDA variant '",
           variant.name(), "', got null");
+    check(request.context == nullptr || args.context == request.context,
+          "context: the plan was made for another lstm::cuda::Context than the call's");
     check_device(args.x, "x", dev);
     check_device(args.h0, "h0", dev);
     check_device(args.c0, "c0", dev);
     check_device(args.params, "params", dev);
-    check_buffer(args.workspace, args.workspace_size,
-                 variant.workspace_bytes(config, dtype, seq_len, batch), "workspace");
+    check_buffer(args.workspace, args.workspace_size, plan.workspace_bytes(), "workspace");
 }
 
 }  // namespace detail
 
 template <typename T>
-void Variant::forward(const Config& config, const ForwardArgs<T>& args) const {
+void Plan::forward(const ForwardArgs<T>& args) const {
     constexpr DType dtype = dtype_of<T>();
-    detail::check_common(*this, config, args, dtype);
+    check(dtype == request_.dtype, "forward in ", to_string(dtype), " on a plan made for ",
+          to_string(request_.dtype));
+    detail::check_common(*this, args);
+    const Config& config = request_.config;
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
+    const Device device = variant_->device();
     check_shape(args.y, "y", {seq_len, batch, config.output_size()});
     detail::check_optional_h(args.hn, "hn", config, batch);
     detail::check_optional_c(args.cn, "cn", config, batch);
-    detail::check_device(args.y, "y", device());
-    detail::check_device(args.hn, "hn", device());
-    detail::check_device(args.cn, "cn", device());
+    detail::check_device(args.y, "y", device);
+    detail::check_device(args.hn, "hn", device);
+    detail::check_device(args.cn, "cn", device);
     if (args.reserve != nullptr)
-        detail::check_buffer(args.reserve, args.reserve_size,
-                             reserve_bytes(config, dtype, seq_len, batch), "reserve");
-    run_forward(config, args);
+        detail::check_buffer(args.reserve, args.reserve_size, reserve_bytes_, "reserve");
+    run_forward(args);
 }
 
 template <typename T>
-void Variant::backward(const Config& config, const BackwardArgs<T>& args) const {
+void Plan::backward(const BackwardArgs<T>& args) const {
     constexpr DType dtype = dtype_of<T>();
-    detail::check_common(*this, config, args, dtype);
+    check(dtype == request_.dtype, "backward in ", to_string(dtype), " on a plan made for ",
+          to_string(request_.dtype));
+    detail::check_common(*this, args);
+    const Config& config = request_.config;
     const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
+    const Variant& v = *variant_;
+    const Device device = v.device();
     check_shape(args.y, "y", {seq_len, batch, config.output_size()});
     check_shape(args.dy, "dy", {seq_len, batch, config.output_size()});
     detail::check_optional_h(args.dhn, "dhn", config, batch);
@@ -307,8 +436,8 @@ void Variant::backward(const Config& config, const BackwardArgs<T>& args) const 
     detail::check_optional_h(args.dh0, "dh0", config, batch);
     detail::check_optional_c(args.dc0, "dc0", config, batch);
     if (args.part != BackwardPart::all) {
-        if (auto why = supports_split_backward())
-            fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
+        if (auto why = v.supports_split_backward())
+            fail_as<Unsupported>("variant '", v.name(), "' (", to_string(device),
                                  ") cannot run backward part ", to_string(args.part), ": ", *why);
     }
     // The data part leaves dparams alone, so it may be omitted there.
@@ -317,17 +446,77 @@ void Variant::backward(const Config& config, const BackwardArgs<T>& args) const 
               " elements, expected param_count(config) = ", param_count(config));
     check(args.reserve != nullptr,
           "reserve must be the buffer written by a training forward, got null");
-    detail::check_buffer(args.reserve, args.reserve_size,
-                         reserve_bytes(config, dtype, seq_len, batch), "reserve");
-    detail::check_device(args.y, "y", device());
-    detail::check_device(args.dy, "dy", device());
-    detail::check_device(args.dhn, "dhn", device());
-    detail::check_device(args.dcn, "dcn", device());
-    detail::check_device(args.dh0, "dh0", device());
-    detail::check_device(args.dc0, "dc0", device());
-    detail::check_device(args.dx, "dx", device());
-    detail::check_device(args.dparams, "dparams", device());
-    run_backward(config, args);
+    detail::check_buffer(args.reserve, args.reserve_size, reserve_bytes_, "reserve");
+    detail::check_device(args.y, "y", device);
+    detail::check_device(args.dy, "dy", device);
+    detail::check_device(args.dhn, "dhn", device);
+    detail::check_device(args.dcn, "dcn", device);
+    detail::check_device(args.dh0, "dh0", device);
+    detail::check_device(args.dc0, "dc0", device);
+    detail::check_device(args.dx, "dx", device);
+    detail::check_device(args.dparams, "dparams", device);
+    run_backward(args);
+}
+
+inline void Plan::unsupported() const {
+    fail("variant '", variant_->name(), "' accepted ", to_string(request_.dtype),
+         " in supports() but its plan does not implement it");
+}
+
+// The plan of a variant written as calls (Variant's run_* hooks): it sizes and runs through them.
+class CallPlan final : public Plan {
+public:
+    CallPlan(const Variant& variant, const PlanRequest& request)
+        : Plan(variant, request,
+               variant.run_workspace_bytes(request.config, request.dtype, request.seq_len,
+                                           request.batch),
+               variant.run_reserve_bytes(request.config, request.dtype, request.seq_len,
+                                         request.batch)) {}
+
+protected:
+    void run_forward(const ForwardArgs<float>& a) const override { call_forward(a); }
+    void run_forward(const ForwardArgs<double>& a) const override { call_forward(a); }
+    void run_backward(const BackwardArgs<float>& a) const override { call_backward(a); }
+    void run_backward(const BackwardArgs<double>& a) const override { call_backward(a); }
+
+private:
+    template <typename T>
+    void call_forward(const ForwardArgs<T>& a) const {
+        variant().run_forward(config(), a);
+    }
+    template <typename T>
+    void call_backward(const BackwardArgs<T>& a) const {
+        variant().run_backward(config(), a);
+    }
+};
+
+inline std::unique_ptr<Plan> Variant::build_plan(const PlanRequest& request) const {
+    return std::make_unique<CallPlan>(*this, request);
+}
+
+inline std::unique_ptr<Plan> Variant::make_plan(const PlanRequest& request) const {
+    check_sizes(request.config, request.seq_len, request.batch, "make_plan");
+    require(request.config, request.dtype, false);
+    PlanRequest resolved = request;
+    if (resolved.path.empty()) resolved.path = default_path(request.dtype);
+    const std::vector<std::string> known = paths(request.dtype);
+    bool found = false;
+    std::string list;
+    for (const std::string& p : known) {
+        found = found || p == resolved.path;
+        list += (list.empty() ? "" : ", ") + p;
+    }
+    if (!found) {
+        const std::string why = why_no_path(resolved.path);
+        fail_as<Unsupported>("variant '", name(), "' (", to_string(device()), ") has no path '",
+                             resolved.path, "' for ", to_string(request.dtype), " on this host",
+                             why.empty() ? "" : " (", why, why.empty() ? "" : ")",
+                             "; it has: ", list);
+    }
+    return build_plan(resolved);
 }
 
 }  // namespace lstm
+
+// PlanCache, and the Variant members that go through the default plan cache.
+#include "lstm/plan_cache.hpp"

@@ -152,9 +152,11 @@ TEST_CASE("fused's SIMD paths: training forward and backward allocate nothing in
     for (cpu::FusedIsa isa : cpu::kSimdFusedIsas) {
         if (!cpu::fused_isa_available(isa)) continue;
         INFO("isa " << cpu::fused_isa_name(isa));
-        cpu::set_fused_isa(isa);
-        const long count = steady_state_allocations("fused");
-        cpu::set_fused_isa(cpu::FusedIsa::automatic);
+        long count = 0;
+        {
+            const test::FusedIsaScope scope(isa);
+            count = steady_state_allocations("fused");
+        }
         CHECK(count == 0);
         ran = true;
     }
@@ -205,11 +207,12 @@ struct CallAllocations {
 // Allocations of one training forward and of its backward at sequence length seq_len, after a
 // first pair has sized every buffer of the layer.
 template <typename T>
-CallAllocations steady_call_allocations(const Variant& variant, const LoopShape& shape,
-                                        int64_t seq_len) {
+CallAllocations steady_call_allocations(const Variant& variant, const std::string& path,
+                                        const LoopShape& shape, int64_t seq_len) {
     const Config& config = shape.config;
     const int64_t batch = shape.unbatched ? 1 : shape.batch;
     LstmT<T> layer(config, variant.name());
+    layer.set_path(path);
     std::vector<T> x(static_cast<size_t>(seq_len * batch * config.input_size), T(0.25));
     std::vector<T> dy(static_cast<size_t>(seq_len * batch * config.output_size()), T(0.5));
     std::vector<int64_t> lengths;
@@ -234,11 +237,11 @@ CallAllocations steady_call_allocations(const Variant& variant, const LoopShape&
     return {middle - start, g_allocations.load() - middle};
 }
 
-// One way to run a CPU variant: its name, a precision and, for fused, the path it is held to.
+// One way to run a CPU variant: its name, a precision and a path of its (Variant::paths).
 struct CpuRun {
     const Variant* variant;
     bool is_double;
-    cpu::FusedIsa isa;
+    std::string path;
     std::string label;
 };
 
@@ -249,14 +252,10 @@ std::vector<CpuRun> cpu_runs() {
         // oneDNN 2.6 allocates inside its own execute (about 4 times per time step, in libdnnl),
         // which this library cannot change; lstm/variants/onednn.hpp says so.
         if (name == "onednn") continue;
-        if (name == "fused") {
-            for (cpu::FusedIsa isa : test::available_fused_isas())
-                runs.push_back({v, false, isa, name + " float " + cpu::fused_isa_name(isa)});
-        } else {
-            runs.push_back({v, false, cpu::FusedIsa::automatic, name + " float"});
-        }
-        // The double paths do not depend on the fused path chosen.
-        runs.push_back({v, true, cpu::FusedIsa::automatic, name + " double"});
+        for (const std::string& path : v->paths(DType::f32))
+            runs.push_back({v, false, path, name + " float " + path});
+        for (const std::string& path : v->paths(DType::f64))
+            runs.push_back({v, true, path, name + " double " + path});
     }
     return runs;
 }
@@ -272,14 +271,13 @@ TEST_CASE("CPU variants allocate nothing per time step in forward and backward",
             for (int threads : thread_counts) {
                 INFO(run.label << ", " << shape.name << ", " << threads << " thread(s)");
                 const ThreadsScope scope(threads);
-                cpu::set_fused_isa(run.isa);
                 const auto counts = [&](int64_t seq_len) {
-                    return run.is_double
-                               ? steady_call_allocations<double>(*run.variant, shape, seq_len)
-                               : steady_call_allocations<float>(*run.variant, shape, seq_len);
+                    return run.is_double ? steady_call_allocations<double>(*run.variant, run.path,
+                                                                           shape, seq_len)
+                                         : steady_call_allocations<float>(*run.variant, run.path,
+                                                                          shape, seq_len);
                 };
                 const CallAllocations short_run = counts(10), long_run = counts(50);
-                cpu::set_fused_isa(cpu::FusedIsa::automatic);
                 INFO("forward " << short_run.forward << " at T 10, " << long_run.forward
                                 << " at T 50; backward " << short_run.backward << " at T 10, "
                                 << long_run.backward << " at T 50");

@@ -34,7 +34,6 @@
 #include <vector>
 
 #include "cuda_host_emulation.hpp"
-#include "fused_paths.hpp"
 #include "lstm/host_info.hpp"
 #include "lstm/reference/variant_check.hpp"
 #include "lstm/registry.hpp"
@@ -129,8 +128,8 @@ void record_variant(const Variant& v, const std::string& path, const Problem& p,
                     std::vector<Record>& out) {
     const std::string entry = std::string(v.name()) + "/" + to_string(v.device()) + "/" + path +
                               "/" + to_string(dtype_of<T>()) + "/" + p.name;
-    const VariantResult trained = run_variant<T>(v, p.c, dparams_before(p.c));
-    const VariantResult inferred = reference::run_variant_parts<T>(v, p.c, {});
+    const VariantResult trained = run_variant<T>(v, p.c, dparams_before(p.c), path);
+    const VariantResult inferred = reference::run_variant_parts<T>(v, p.c, {}, {}, false, path);
     add_records(entry, trained, inferred, out);
 }
 
@@ -142,19 +141,6 @@ void record_emulated(LoopStyle style, const Problem& p, std::vector<Record>& out
                 emulate<T>(style, p.c, false, false), out);
 }
 
-// Calls fn(path name) with each path `v` takes on this host selected.
-template <typename Fn>
-void for_each_path(const Variant& v, Fn&& fn, DType dtype) {
-    if (std::string(v.name()) == "fused" && v.device() == Device::cpu && dtype == DType::f32) {
-        for (cpu::FusedIsa isa : available_fused_isas()) {
-            const FusedIsaScope scope(isa);
-            fn(std::string(cpu::fused_isa_name(isa)));
-        }
-        return;
-    }
-    fn(std::string("default"));
-}
-
 std::vector<Record> compute_records() {
     std::vector<Record> out;
     for (const Problem& p : problems()) {
@@ -164,15 +150,12 @@ std::vector<Record> compute_records() {
             if (variable && v->supports_variable_lengths()) continue;
             for (DType dt : {DType::f32, DType::f64}) {
                 if (v->supports(p.c.in.config, dt)) continue;
-                for_each_path(
-                    *v,
-                    [&](const std::string& path) {
-                        if (dt == DType::f32)
-                            record_variant<float>(*v, path, p, out);
-                        else
-                            record_variant<double>(*v, path, p, out);
-                    },
-                    dt);
+                for (const std::string& path : v->paths(dt)) {
+                    if (dt == DType::f32)
+                        record_variant<float>(*v, path, p, out);
+                    else
+                        record_variant<double>(*v, path, p, out);
+                }
             }
         }
         // The CUDA loop's naive host GEMMs make Braun's case take minutes in double; float covers

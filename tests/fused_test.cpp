@@ -234,36 +234,40 @@ TEST_CASE("fused: forward on one instruction set, backward on another", "[fused]
         for (FusedIsa forward_isa : isas)
             for (FusedIsa backward_isa : isas) {
                 if (backward_isa == forward_isa) continue;
-                // run_variant calls forward then backward; switch in between through a variant
-                // wrapper.
+                // run_variant calls forward then backward; a wrapper runs them on plans of
+                // two paths.
                 struct Switching final : Variant {
-                    FusedIsa second;
+                    FusedIsa first, second;
                     const char* name() const override { return "fused"; }
                     Device device() const override { return Device::cpu; }
                     std::optional<std::string> supports(const Config& cfg,
                                                         DType dt) const override {
                         return fused_variant().supports(cfg, dt);
                     }
-                    size_t run_workspace_bytes(const Config& cfg, DType dt, int64_t t,
-                                               int64_t n) const override {
-                        return fused_variant().workspace_bytes(cfg, dt, t, n);
+                    std::unique_ptr<Plan> path_plan(const Config& cfg, int64_t t, int64_t n,
+                                                    FusedIsa isa) const {
+                        return fused_variant().make_plan(
+                            PlanRequest{cfg, DType::f32, t, n, cpu::fused_isa_name(isa)});
                     }
-                    size_t run_reserve_bytes(const Config& cfg, DType dt, int64_t t,
+                    size_t run_workspace_bytes(const Config& cfg, DType, int64_t t,
+                                               int64_t n) const override {
+                        return path_plan(cfg, t, n, first)->workspace_bytes();
+                    }
+                    size_t run_reserve_bytes(const Config& cfg, DType, int64_t t,
                                              int64_t n) const override {
-                        return fused_variant().reserve_bytes(cfg, dt, t, n);
+                        return path_plan(cfg, t, n, first)->reserve_bytes();
                     }
                     void run_forward(const Config& cfg,
                                      const ForwardArgs<float>& a) const override {
-                        fused_variant().forward(cfg, a);
-                        cpu::set_fused_isa(second);
+                        path_plan(cfg, a.x.size(0), a.x.size(1), first)->forward(a);
                     }
                     void run_backward(const Config& cfg,
                                       const BackwardArgs<float>& a) const override {
-                        fused_variant().backward(cfg, a);
+                        path_plan(cfg, a.x.size(0), a.x.size(1), second)->backward(a);
                     }
                 } mixed;
+                mixed.first = forward_isa;
                 mixed.second = backward_isa;
-                const IsaScope scope(forward_isa);
                 const VariantResult got = run_variant<float>(mixed, c);
                 INFO("forward " << cpu::fused_isa_name(forward_isa) << ", backward "
                                 << cpu::fused_isa_name(backward_isa) << ", case: " << s.name);
@@ -692,7 +696,7 @@ TEST_CASE("fused: every Highway target matches the reference on full-tile shapes
     }
 }
 
-TEST_CASE("fused: the instruction-set switch", "[fused]") {
+TEST_CASE("fused: its paths, chosen when a plan is made", "[fused]") {
     const FusedIsa automatic = cpu::fused_isa_available(FusedIsa::avx512) ? FusedIsa::avx512
                                : cpu::fused_isa_available(FusedIsa::avx2) ? FusedIsa::avx2
                                : cpu::fused_isa_available(FusedIsa::neon) ? FusedIsa::neon
@@ -708,47 +712,55 @@ TEST_CASE("fused: the instruction-set switch", "[fused]") {
     const bool avx2_built = kernels::cpu::narrowest_simd_cap() != kernels::cpu::SimdCap::all;
     CHECK(cpu::fused_isa_available(FusedIsa::avx2) ==
           (kernels::cpu::cpu_has_avx2_fma() && avx2_built));
-    // The suite may run under LSTM_FUSED_ISA (e.g. =eigen to put the registry tests on the
-    // portable path); it is put back at the end.
+    // Paths are chosen when a plan is made: from its request, else LSTM_FUSED_ISA (read at
+    // each request), else the widest SIMD path. The suite may run under LSTM_FUSED_ISA (e.g.
+    // =eigen to put the registry tests on the portable path); it is put back at the end.
+    const Variant& fused = fused_variant();
     const test::EnvScope env("LSTM_FUSED_ISA", nullptr);
-    CHECK(cpu::fused_isa() == automatic);
-    {
-        const IsaScope scope(FusedIsa::eigen);
-        CHECK(cpu::fused_isa() == FusedIsa::eigen);
-    }
-    // The environment decides while no override is set; it is read per call.
+    CHECK(cpu::default_fused_isa() == automatic);
+    CHECK(fused.default_path(DType::f32) == cpu::fused_isa_name(automatic));
+    CHECK(fused.default_path(DType::f64) == "eigen");
+    CHECK(fused.paths(DType::f64) == std::vector<std::string>{"eigen"});
+    std::vector<std::string> want_paths;
+    for (FusedIsa isa : cpu::kSimdFusedIsas)
+        if (cpu::fused_isa_available(isa)) want_paths.emplace_back(cpu::fused_isa_name(isa));
+    want_paths.emplace_back("eigen");
+    CHECK(fused.paths(DType::f32) == want_paths);
+    const auto plan_path = [&](const char* path) {
+        return fused.make_plan(PlanRequest{Config{3, 5, 1, false}, DType::f32, 2, 2, path})->path();
+    };
     ::setenv("LSTM_FUSED_ISA", "eigen", 1);
-    CHECK(cpu::fused_isa() == FusedIsa::eigen);
+    CHECK(cpu::default_fused_isa() == FusedIsa::eigen);
+    CHECK(plan_path("") == "eigen");
     ::setenv("LSTM_FUSED_ISA", "auto", 1);
-    CHECK(cpu::fused_isa() == automatic);
+    CHECK(cpu::default_fused_isa() == automatic);
     for (const auto& [isa, name] :
          {std::pair{FusedIsa::avx512, "avx512"}, std::pair{FusedIsa::avx2, "avx2"},
           std::pair{FusedIsa::neon, "neon"}}) {
         if (!cpu::fused_isa_available(isa)) continue;
         INFO(name);
         ::setenv("LSTM_FUSED_ISA", name, 1);
-        CHECK(cpu::fused_isa() == isa);
-        const IsaScope scope(isa);
-        CHECK(cpu::fused_isa() == isa);
-        CHECK(std::string(cpu::fused_isa_name(cpu::fused_isa())) == name);
+        CHECK(cpu::default_fused_isa() == isa);
+        CHECK(plan_path("") == name);
+        CHECK(plan_path("eigen") == "eigen");  // the request's path wins over the environment
     }
     ::setenv("LSTM_FUSED_ISA", "sse9", 1);
-    CHECK_THROWS_WITH(cpu::fused_isa(), Contains("LSTM_FUSED_ISA = 'sse9' is not one of"));
-    {
-        const IsaScope scope(FusedIsa::eigen);  // an explicit choice wins over the environment
-        CHECK(cpu::fused_isa() == FusedIsa::eigen);
-    }
+    CHECK_THROWS_WITH(cpu::default_fused_isa(), Contains("LSTM_FUSED_ISA = 'sse9' is not one of"));
+    CHECK(plan_path("eigen") == "eigen");
+    ::unsetenv("LSTM_FUSED_ISA");
+    CHECK_THROWS_WITH(plan_path("sse9"), Contains("has no path 'sse9' for float32"));
     if (!cpu::fused_isa_available(FusedIsa::avx512))
-        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx512),
-                          Contains("no AVX-512 (F, BW, DQ and VL)"));
+        CHECK_THROWS_WITH(plan_path("avx512"), Contains("no AVX-512 (F, BW, DQ and VL)"));
     if (!cpu::fused_isa_available(FusedIsa::avx2))
-        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::avx2), Contains("no AVX2 with FMA"));
+        CHECK_THROWS_WITH(plan_path("avx2"), Contains("no AVX2 with FMA"));
     if (!cpu::fused_isa_available(FusedIsa::neon)) {
-        CHECK_THROWS_WITH(cpu::set_fused_isa(FusedIsa::neon),
-                          Contains("set_fused_isa(neon): this CPU (or build) has no ARM NEON"));
+        CHECK_THROWS_AS(plan_path("neon"), Unsupported);
+        CHECK_THROWS_WITH(plan_path("neon"), Contains("has no path 'neon'") &&
+                                                 Contains("this CPU (or build) has no ARM NEON"));
         ::setenv("LSTM_FUSED_ISA", "neon", 1);
-        CHECK_THROWS_AS(cpu::fused_isa(), Unsupported);
-        CHECK_THROWS_WITH(cpu::fused_isa(), Contains("LSTM_FUSED_ISA = neon, but this CPU"));
+        CHECK_THROWS_AS(cpu::default_fused_isa(), Unsupported);
+        CHECK_THROWS_WITH(cpu::default_fused_isa(),
+                          Contains("LSTM_FUSED_ISA = neon, but this CPU"));
     }
 }
 

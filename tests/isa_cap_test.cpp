@@ -11,6 +11,7 @@
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "lstm/host_info.hpp"
+#include "lstm/registry.hpp"
 #include "lstm/variants/fused.hpp"
 #include "simd_levels.hpp"
 
@@ -24,17 +25,15 @@ namespace {
     return s.compare(0, std::strlen(prefix), prefix) == 0;
 }
 
-// The message with which set_fused_isa(isa) refuses (empty where it accepts); the override is
-// lifted again either way, so a failure here cannot change the later cases' path.
+// The message with which a fused plan on path `isa` is refused (empty where it is made).
 [[maybe_unused]] std::string refusal(cpu::FusedIsa isa) {
-    std::string message;
     try {
-        cpu::set_fused_isa(isa);
+        PlanRequest request{Config{3, 5, 1, false}, DType::f32, 2, 2, cpu::fused_isa_name(isa)};
+        (void)find_variant("fused", Device::cpu).make_plan(request);
     } catch (const Error& e) {
-        message = e.what();
+        return e.what();
     }
-    cpu::set_fused_isa(cpu::FusedIsa::automatic);
-    return message;
+    return "";
 }
 
 }  // namespace
@@ -134,7 +133,7 @@ TEST_CASE("this process's LSTM_MAX_CPU_ISA reaches every path", "[isa_cap]") {
             CHECK_FALSE(kernels::cpu::cpu_has_avx512());
             CHECK(kernels::cpu::cpu_has_avx2_fma() == avx2);
             CHECK_FALSE(starts_with(target, "AVX3"));
-            CHECK(cpu::fused_isa() != cpu::FusedIsa::avx512);
+            CHECK(cpu::default_fused_isa() != cpu::FusedIsa::avx512);
             CHECK_THAT(refusal(cpu::FusedIsa::avx512), Contains("LSTM_MAX_CPU_ISA = avx2"));
             CHECK_THAT(cpu_isa, Contains("LSTM_MAX_CPU_ISA = avx2: AVX-512 left unused"));
             break;
@@ -142,7 +141,7 @@ TEST_CASE("this process's LSTM_MAX_CPU_ISA reaches every path", "[isa_cap]") {
             CHECK_FALSE(kernels::cpu::cpu_has_avx512());
             CHECK_FALSE(kernels::cpu::cpu_has_avx2_fma());
             CHECK_FALSE(starts_with(target, "AVX"));  // neither AVX2 nor AVX3*
-            CHECK(cpu::fused_isa() == cpu::FusedIsa::eigen);
+            CHECK(cpu::default_fused_isa() == cpu::FusedIsa::eigen);
             CHECK_THAT(refusal(cpu::FusedIsa::avx2), Contains("LSTM_MAX_CPU_ISA = sse4"));
             CHECK_THAT(cpu_isa, Contains("LSTM_MAX_CPU_ISA = sse4: AVX2 and AVX-512 left unused"));
             break;

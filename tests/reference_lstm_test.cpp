@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "finite_differences.hpp"
 #include "lstm/params.hpp"
 #include "lstm/reference/lstm_reference.hpp"
 #include "test_util.hpp"
@@ -24,15 +25,18 @@ using lstm::reference::LstmInputGrads;
 using lstm::reference::LstmInputs;
 using lstm::reference::LstmOutputGrads;
 using lstm::reference::LstmOutputs;
+using lstm::test::check_against_finite_differences;
 using lstm::test::compare;
 using lstm::test::random_vector;
 
-// Central differences in double. Truncation error ~ step^2 is negligible; what limits agreement is
-// rounding: each of the n outputs in F carries ~1 ulp of noise that the division by the step
-// amplifies, giving ~sqrt(n) * eps / step absolute (observed: 5e-10 for n = 120, 3e-9 for
-// n = 1620). The absolute tolerance is ten times that; bugs show up as errors ~1e-3 and above.
-constexpr double kStep = 1e-6;
-constexpr double kRtol = 1e-6;
+// Central differences in double (tests/finite_differences.hpp). Truncation error ~ step^2 is
+// negligible; what limits agreement is rounding: each of the n outputs in F carries ~1 ulp of noise
+// that the division by the step amplifies, giving ~sqrt(n) * eps / step absolute (observed: 5e-10
+// for n = 120, 3e-9 for n = 1620). The absolute tolerance is ten times that; bugs show up as errors
+// ~1e-3 and above.
+using lstm::reference::max_abs;
+using lstm::test::Functional;
+using lstm::test::random_functional;
 
 // Elements of h0/hn (L*D, N, S) and of c0/cn (L*D, N, H); they differ with a projection.
 size_t h_state_size(const Config& c, int64_t N) {
@@ -56,74 +60,6 @@ LstmInputs make_inputs(const Config& config, int64_t T, int64_t N, std::vector<i
     if (with_c0) in.c0 = random_vector(c_state_size(config, N), seed + 2, -2.0, 2.0);
     in.params = random_vector(static_cast<size_t>(lstm::param_count(config)), seed + 3, -0.7, 0.7);
     return in;
-}
-
-// F = sum(wy * y) + sum(whn * hn) + sum(wcn * cn): a random linear functional of every output, so
-// its gradient with respect to the outputs is (wy, whn, wcn).
-struct Functional {
-    std::vector<double> wy, whn, wcn;
-
-    double operator()(const LstmOutputs& out) const {
-        return std::inner_product(wy.begin(), wy.end(), out.y.begin(), 0.0) +
-               std::inner_product(whn.begin(), whn.end(), out.hn.begin(), 0.0) +
-               std::inner_product(wcn.begin(), wcn.end(), out.cn.begin(), 0.0);
-    }
-    LstmOutputGrads grads() const { return {wy, whn, wcn}; }
-};
-
-// Weights for y (T, N, D*S), hn (L*D, N, S) and cn (L*D, N, H).
-Functional random_functional(const LstmInputs& in, uint64_t seed) {
-    const size_t ny = static_cast<size_t>(in.seq_len * in.batch * in.config.output_size());
-    return {random_vector(ny, seed + 10),
-            random_vector(h_state_size(in.config, in.batch), seed + 11),
-            random_vector(c_state_size(in.config, in.batch), seed + 12)};
-}
-
-// dF/d(in.*field)[k] by central differences; restores the element afterwards.
-double central_difference(LstmInputs& in, std::vector<double> LstmInputs::*field, size_t k,
-                          const Functional& f) {
-    std::vector<double>& v = in.*field;
-    const double saved = v[k];
-    v[k] = saved + kStep;
-    const double plus = f(lstm_forward(in));
-    v[k] = saved - kStep;
-    const double minus = f(lstm_forward(in));
-    v[k] = saved;
-    return (plus - minus) / (2.0 * kStep);
-}
-
-double max_abs(const std::vector<double>& v) {
-    double m = 0.0;
-    for (double e : v) m = std::max(m, std::abs(e));
-    return m;
-}
-
-// Checks lstm_backward against finite differences for every element of x, h0, c0 and params.
-void check_against_finite_differences(const LstmInputs& in, uint64_t seed) {
-    const Functional f = random_functional(in, seed);
-    const LstmInputGrads grad = lstm_backward(in, f.grads());
-    const double n_outputs = static_cast<double>(f.wy.size() + f.whn.size() + f.wcn.size());
-    const double atol =
-        10.0 * std::sqrt(n_outputs) * std::numeric_limits<double>::epsilon() / kStep;
-
-    // An empty h0/c0 means zeros, so its gradient is the one at zero: probe explicit zeros.
-    LstmInputs probe = in;
-    if (probe.h0.empty()) probe.h0.assign(h_state_size(in.config, in.batch), 0.0);
-    if (probe.c0.empty()) probe.c0.assign(c_state_size(in.config, in.batch), 0.0);
-
-    auto fd_all = [&](std::vector<double> LstmInputs::*field) {
-        std::vector<double> out((probe.*field).size());
-        for (size_t k = 0; k < out.size(); ++k) out[k] = central_difference(probe, field, k, f);
-        return out;
-    };
-    LSTM_CHECK_CLOSE(compare("dx", grad.dx, fd_all(&LstmInputs::x), atol, kRtol));
-    LSTM_CHECK_CLOSE(compare("dh0", grad.dh0, fd_all(&LstmInputs::h0), atol, kRtol));
-    LSTM_CHECK_CLOSE(compare("dc0", grad.dc0, fd_all(&LstmInputs::c0), atol, kRtol));
-    LSTM_CHECK_CLOSE(compare("dparams", grad.dparams, fd_all(&LstmInputs::params), atol, kRtol));
-
-    // Guards against a vacuous pass where both sides are zero.
-    CHECK(max_abs(grad.dparams) > 1e-2);
-    CHECK(max_abs(grad.dx) > 1e-2);
 }
 
 // Copies the [begin, begin + count) slice of every block of `block` elements out of a tensor

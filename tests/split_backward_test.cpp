@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "fused_paths.hpp"
 #include "lstm/reference/split_check.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variants/fused.hpp"
@@ -40,21 +39,6 @@ std::vector<Shape> split_shapes() {
     };
 }
 
-// The fused variant has three kernel sets with their own weight-gradient GEMMs; run each one this
-// machine has. Other variants run once ("default").
-struct IsaRun {
-    const char* name;
-    cpu::FusedIsa isa;
-};
-std::vector<IsaRun> isa_runs(const Variant& v) {
-    if (std::string(v.name()) != "fused") return {{"default", cpu::FusedIsa::automatic}};
-    std::vector<IsaRun> out;
-    for (cpu::FusedIsa isa : test::available_fused_isas())
-        out.push_back({cpu::fused_isa_name(isa), isa});
-    return out;
-}
-using IsaScope = test::FusedIsaScope;
-
 // Exact equality of two results, reporting the worst differing elements of each output.
 void check_identical(const VariantResult& got, const VariantResult& want) {
     LSTM_CHECK_CLOSE(compare("y", got.y, want.y, 0.0, 0.0));
@@ -81,12 +65,14 @@ void check_backward_against_reference(const VariantResult& got, const LstmCase& 
 }
 
 // Runs data + weights and one `all` call in precision T from the same nonzero dparams.
+// `path`: one of v.paths() (fused's kernel sets have their own weight-gradient GEMMs).
 template <typename T>
-void check_split(const Variant& v, const LstmCase& c, uint64_t seed) {
+void check_split(const Variant& v, const LstmCase& c, uint64_t seed, const std::string& path) {
     const std::vector<double> before = random_vector(param_count(c.in.config), seed + 99);
-    const VariantResult whole = run_variant_parts<T>(v, c, {BackwardPart::all}, before);
-    const VariantResult split =
-        run_variant_parts<T>(v, c, {BackwardPart::data, BackwardPart::weights}, before);
+    const VariantResult whole =
+        run_variant_parts<T>(v, c, {BackwardPart::all}, before, false, path);
+    const VariantResult split = run_variant_parts<T>(
+        v, c, {BackwardPart::data, BackwardPart::weights}, before, false, path);
     {
         INFO("data + weights against all");
         check_identical(split, whole);
@@ -155,20 +141,15 @@ TEST_CASE("split backward: data + weights equals one call, bit for bit", "[split
         for (const Variant* v : variants_on(Device::cpu)) {
             if (v->supports_split_backward()) continue;
             const LstmCase used = usable_case(*v, c);
-            for (const IsaRun& run : isa_runs(*v)) {
-                const IsaScope scope(run.isa);
-                for (DType dt : {DType::f32, DType::f64}) {
-                    if (v->supports(s.config, dt)) continue;
-                    // fused's fp64 always takes the portable path: once is enough.
-                    if (dt == DType::f64 && run.isa != cpu::FusedIsa::eigen &&
-                        run.isa != cpu::FusedIsa::automatic)
-                        continue;
-                    INFO("variant " << v->name() << " (" << run.name << "), " << to_string(dt)
+            for (DType dt : {DType::f32, DType::f64}) {
+                if (v->supports(s.config, dt)) continue;
+                for (const std::string& path : v->paths(dt)) {
+                    INFO("variant " << v->name() << " (" << path << "), " << to_string(dt)
                                     << ", case: " << s.name);
                     if (dt == DType::f32)
-                        check_split<float>(*v, used, seed);
+                        check_split<float>(*v, used, seed, path);
                     else
-                        check_split<double>(*v, used, seed);
+                        check_split<double>(*v, used, seed, path);
                     ++checked;
                 }
             }

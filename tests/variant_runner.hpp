@@ -117,14 +117,54 @@ inline void check_close_to_reference(const VariantResult& got, const reference::
 // the failure report.
 template <typename T>
 void check_against_reference(const Variant& v, const LstmCase& c, uint64_t seed,
-                             const std::string& label) {
-    const auto ref = reference::lstm_forward(c.in);
-    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
+                             const std::string& label, const std::string& path = {}) {
+    const auto ref = reference::lstm_forward(c.in, v.cell());
+    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads, v.cell());
     const std::vector<double> before = random_vector(ref_grads.dparams.size(), seed + 99);
-    const VariantResult got = run_variant<T>(v, c, before);
-    INFO(label << ", " << to_string(dtype_of<T>()));
+    const VariantResult got = run_variant<T>(v, c, before, path);
+    INFO(label << ", " << to_string(dtype_of<T>()) << (path.empty() ? "" : ", path ") << path);
     check_close_to_reference(got, ref, ref_grads, accumulated<T>(ref_grads.dparams, before),
                              rtol_for<T>(c));
+}
+
+// c's problem (reference::load_case: outputs start as NaN) in precision T in `device` memory on
+// `context` (required for cuda), without scratch: allocate_scratch() or use_scratch() next.
+template <typename T>
+LstmProblem<T> case_problem(const LstmCase& c, Device device = Device::cpu,
+                            cuda::Context* context = nullptr) {
+    LstmProblem<T> p(c.in.config, c.in.seq_len, c.in.batch, device, context);
+    reference::load_case(p, c);
+    return p;
+}
+
+// Training forward on `p` with its lengths and scratch, then backward whole or as data + weights
+// (`split`), dparams overwritten first by `before` (host, P) or zeros; every output and gradient
+// read back in double. The buffers stay put, so repeated calls repeat their pointers.
+template <typename T>
+VariantResult train_problem(const Variant& v, LstmProblem<T>& p, bool split,
+                            const std::vector<double>& before = {}) {
+    const std::vector<BackwardPart> parts =
+        split ? std::vector<BackwardPart>{BackwardPart::data, BackwardPart::weights}
+              : std::vector<BackwardPart>{BackwardPart::all};
+    return reference::run_variant_on(v, p, parts, before, /*data_sees_dparams=*/true);
+}
+
+// Inference forward on `p` (no reserve); y, hn, cn read back in double.
+template <typename T>
+VariantResult infer_problem(const Variant& v, LstmProblem<T>& p) {
+    return reference::run_variant_on(v, p, {});
+}
+
+// Bit equality of two runs: y, hn, cn, and with `training` dx, dh0, dc0, dparams as well.
+inline void check_same_bits(const VariantResult& got, const VariantResult& want, bool training) {
+    CHECK(got.y == want.y);
+    CHECK(got.hn == want.hn);
+    CHECK(got.cn == want.cn);
+    if (!training) return;
+    CHECK(got.dx == want.dx);
+    CHECK(got.dh0 == want.dh0);
+    CHECK(got.dc0 == want.dc0);
+    CHECK(got.dparams == want.dparams);
 }
 
 }  // namespace lstm::test

@@ -54,9 +54,10 @@ std::vector<Shape> shape_list() {
     };
 }
 
-// Calls fn(variant, dtype, case) for every CPU variant and precision that accepts the problem.
-// A variant that cannot take per-sequence lengths (supports_variable_lengths() says why) gets the
-// same case with every sequence at full length, unless the lengths are the point of the test.
+// Calls fn(variant, dtype, case, path) for every CPU variant, precision that accepts the problem
+// and path the variant takes on this host (Variant::paths). A variant that cannot take
+// per-sequence lengths (supports_variable_lengths() says why) gets the same case with every
+// sequence at full length, unless the lengths are the point of the test.
 enum class Lengths { may_equalize, required };
 
 template <typename Fn>
@@ -70,7 +71,7 @@ void for_each_cpu_variant_and_dtype(const LstmCase& c, Lengths policy, Fn&& fn) 
         if (refuses && policy == Lengths::required) continue;
         for (DType dt : {DType::f32, DType::f64}) {
             if (v->supports(c.in.config, dt)) continue;
-            fn(*v, dt, refuses ? equalized : c);
+            for (const std::string& path : v->paths(dt)) fn(*v, dt, refuses ? equalized : c, path);
         }
     }
 }
@@ -83,13 +84,16 @@ TEST_CASE("every CPU variant matches the reference", "[variants]") {
     for (const Shape& s : shape_list()) {
         const LstmCase c = make_case(s.config, s.seq_len, s.batch, s.lengths, s.with_state, seed);
         for_each_cpu_variant_and_dtype(
-            c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase& used) {
+            c, Lengths::may_equalize,
+            [&](const Variant& v, DType dt, const LstmCase& used, const std::string& path) {
                 if (dt == DType::f32)
                     check_against_reference<float>(
-                        v, used, seed, std::string("variant ") + v.name() + ", case: " + s.name);
+                        v, used, seed, std::string("variant ") + v.name() + ", case: " + s.name,
+                        path);
                 else
                     check_against_reference<double>(
-                        v, used, seed, std::string("variant ") + v.name() + ", case: " + s.name);
+                        v, used, seed, std::string("variant ") + v.name() + ", case: " + s.name,
+                        path);
             });
         seed += 10;
     }
@@ -113,9 +117,10 @@ TEST_CASE("a variable-length batch equals per-sequence runs", "[variants]") {
     const int64_t seq_len = 7, batch = 4;
     const LstmCase whole = make_case(config, seq_len, batch, lengths, true, 77);
     for_each_cpu_variant_and_dtype(
-        whole, Lengths::required, [&](const Variant& v, DType dt, const LstmCase&) {
+        whole, Lengths::required,
+        [&](const Variant& v, DType dt, const LstmCase&, const std::string& path) {
             if (dt != DType::f64) return;  // exact in fp64 up to rounding: compare at 1e-12
-            const VariantResult all = run_variant<double>(v, whole);
+            const VariantResult all = run_variant<double>(v, whole, {}, path);
             std::vector<double> dparams_sum(all.dparams.size(), 0.0);
             const int64_t I = config.input_size, H = config.hidden_size, F = config.output_size();
             for (int64_t n = 0; n < batch; ++n) {
@@ -139,8 +144,8 @@ TEST_CASE("a variable-length batch equals per-sequence runs", "[variants]") {
                 one.out_grads.dy = rows(whole.out_grads.dy, lengths[n], F, batch);
                 one.out_grads.dhn = rows(whole.out_grads.dhn, config.num_cells(), H, batch);
                 one.out_grads.dcn = rows(whole.out_grads.dcn, config.num_cells(), H, batch);
-                const VariantResult single = run_variant<double>(v, one);
-                INFO("variant " << v.name() << ", sequence " << n);
+                const VariantResult single = run_variant<double>(v, one, {}, path);
+                INFO("variant " << v.name() << " (" << path << "), sequence " << n);
                 LSTM_CHECK_CLOSE(
                     compare("y", single.y, rows(all.y, lengths[n], F, batch), 1e-13, 1e-12));
                 LSTM_CHECK_CLOSE(compare("hn", single.hn,
@@ -155,7 +160,7 @@ TEST_CASE("a variable-length batch equals per-sequence runs", "[variants]") {
                     "dc0", single.dc0, rows(all.dc0, config.num_cells(), H, batch), 1e-13, 1e-12));
                 for (size_t k = 0; k < dparams_sum.size(); ++k) dparams_sum[k] += single.dparams[k];
             }
-            INFO("variant " << v.name());
+            INFO("variant " << v.name() << " (" << path << ")");
             LSTM_CHECK_CLOSE(compare("dparams", all.dparams, dparams_sum, 1e-12, 1e-11));
             // Padded positions: y and dx exactly zero.
             for (int64_t n = 0; n < batch; ++n)
@@ -172,11 +177,13 @@ TEST_CASE("saturated pre-activations give no NaN or Inf", "[variants]") {
         // Inputs and weights of magnitude ~scale push every gate into saturation.
         const LstmCase c = make_case(config, 6, 3, {6, 2, 5}, true, 500, scale);
         for_each_cpu_variant_and_dtype(
-            c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase& used) {
-                const auto ref = reference::lstm_forward(used.in);
-                const VariantResult r =
-                    dt == DType::f32 ? run_variant<float>(v, used) : run_variant<double>(v, used);
-                INFO("variant " << v.name() << ", " << to_string(dt) << ", scale " << scale);
+            c, Lengths::may_equalize,
+            [&](const Variant& v, DType dt, const LstmCase& used, const std::string& path) {
+                const auto ref = reference::lstm_forward(used.in, v.cell());
+                const VariantResult r = dt == DType::f32 ? run_variant<float>(v, used, {}, path)
+                                                         : run_variant<double>(v, used, {}, path);
+                INFO("variant " << v.name() << " (" << path << "), " << to_string(dt) << ", scale "
+                                << scale);
                 for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
                     CHECK(all_finite(*out));
                 // Saturated gates are exactly 0 or 1, so h stays within [-1, 1] and matches.
@@ -220,19 +227,23 @@ TEST_CASE("an infinity in x or h0 gives the reference's NaN and infinities, no o
                     c.in.h0[(0 * 3 + 2) * hidden + 1] = -std::numeric_limits<double>::infinity();
                 else
                     c.in.x[(1 * 3 + 1) * 3 + 0] = std::numeric_limits<double>::infinity();
-                const auto ref = reference::lstm_forward(c.in);
-                const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
-                // The column it multiplies: 4H NaN per direction reached.
-                REQUIRE(std::count_if(ref_grads.dparams.begin(), ref_grads.dparams.end(),
+                // The column it multiplies: 4H NaN per direction reached (PyTorch's cell).
+                const auto pytorch_grads = reference::lstm_backward(c.in, c.out_grads);
+                REQUIRE(std::count_if(pytorch_grads.dparams.begin(), pytorch_grads.dparams.end(),
                                       [](double g) { return std::isnan(g); }) >= 4 * hidden);
                 for_each_cpu_variant_and_dtype(
                     c, Lengths::may_equalize,
-                    [&](const Variant& v, DType dt, const LstmCase& used) {
+                    [&](const Variant& v, DType dt, const LstmCase& used, const std::string& path) {
                         if (&used != &c) return;  // run without lengths in the next round
-                        const VariantResult r = dt == DType::f32 ? run_variant<float>(v, used)
-                                                                 : run_variant<double>(v, used);
-                        INFO("variant " << v.name() << ", " << to_string(dt) << ", H " << hidden
-                                        << ", infinity in " << (in_h0 ? "h0" : "x")
+                        const auto ref = reference::lstm_forward(c.in, v.cell());
+                        const auto ref_grads =
+                            reference::lstm_backward(c.in, c.out_grads, v.cell());
+                        const VariantResult r = dt == DType::f32
+                                                    ? run_variant<float>(v, used, {}, path)
+                                                    : run_variant<double>(v, used, {}, path);
+                        INFO("variant " << v.name() << " (" << path << "), " << to_string(dt)
+                                        << ", H " << hidden << ", infinity in "
+                                        << (in_h0 ? "h0" : "x")
                                         << (lengths.empty() ? "" : ", with lengths"));
                         const double fwd = lstm_rtol(dt, config, 4, Pass::forward);
                         const double bwd = lstm_rtol(dt, config, 4, Pass::backward);
@@ -258,12 +269,13 @@ TEST_CASE("T = 1000 stays finite and dc0 stays O(1) with a large forget bias", "
         c.in.params[o.bias_ih + config.hidden_size + k] = 5.0;
         c.in.params[o.bias_hh + config.hidden_size + k] = 5.0;
     }
-    const auto ref_grads = reference::lstm_backward(c.in, c.out_grads);
     for_each_cpu_variant_and_dtype(
-        c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase&) {
-            const VariantResult r =
-                dt == DType::f32 ? run_variant<float>(v, c) : run_variant<double>(v, c);
-            INFO("variant " << v.name() << ", " << to_string(dt));
+        c, Lengths::may_equalize,
+        [&](const Variant& v, DType dt, const LstmCase&, const std::string& path) {
+            const auto ref_grads = reference::lstm_backward(c.in, c.out_grads, v.cell());
+            const VariantResult r = dt == DType::f32 ? run_variant<float>(v, c, {}, path)
+                                                     : run_variant<double>(v, c, {}, path);
+            INFO("variant " << v.name() << " (" << path << "), " << to_string(dt));
             for (const auto* out : {&r.y, &r.hn, &r.cn, &r.dx, &r.dh0, &r.dc0, &r.dparams})
                 CHECK(all_finite(*out));
             CHECK(max_abs(r.dc0) < 100.0);
@@ -277,10 +289,11 @@ TEST_CASE("both biases receive identical gradients", "[variants]") {
     const Config config{3, 5, 2, true};
     const LstmCase c = make_case(config, 5, 3, {5, 2, 4}, true, 321);
     for_each_cpu_variant_and_dtype(
-        c, Lengths::may_equalize, [&](const Variant& v, DType dt, const LstmCase& used) {
-            const VariantResult r =
-                dt == DType::f32 ? run_variant<float>(v, used) : run_variant<double>(v, used);
-            INFO("variant " << v.name() << ", " << to_string(dt));
+        c, Lengths::may_equalize,
+        [&](const Variant& v, DType dt, const LstmCase& used, const std::string& path) {
+            const VariantResult r = dt == DType::f32 ? run_variant<float>(v, used, {}, path)
+                                                     : run_variant<double>(v, used, {}, path);
+            INFO("variant " << v.name() << " (" << path << "), " << to_string(dt));
             for (int64_t l = 0; l < config.num_layers; ++l)
                 for (int64_t d = 0; d < config.num_directions(); ++d) {
                     const CellOffsets o = cell_offsets(config, l, d);
@@ -293,15 +306,16 @@ TEST_CASE("both biases receive identical gradients", "[variants]") {
 TEST_CASE("CPU variants are bit-identical run to run", "[variants]") {
     const Config config{7, 9, 2, true};
     const LstmCase c = make_case(config, 12, 5, {12, 3, 9, 12, 1}, true, 4242);
-    for_each_cpu_variant_and_dtype(c, Lengths::may_equalize,
-                                   [&](const Variant& v, DType dt, const LstmCase& used) {
-                                       if (dt != DType::f32) return;
-                                       const VariantResult a = run_variant<float>(v, used);
-                                       const VariantResult b = run_variant<float>(v, used);
-                                       INFO("variant " << v.name());
-                                       CHECK(a.y == b.y);
-                                       CHECK(a.hn == b.hn);
-                                       CHECK(a.dx == b.dx);
-                                       CHECK(a.dparams == b.dparams);
-                                   });
+    for_each_cpu_variant_and_dtype(
+        c, Lengths::may_equalize,
+        [&](const Variant& v, DType dt, const LstmCase& used, const std::string& path) {
+            if (dt != DType::f32) return;
+            const VariantResult a = run_variant<float>(v, used, {}, path);
+            const VariantResult b = run_variant<float>(v, used, {}, path);
+            INFO("variant " << v.name() << " (" << path << ")");
+            CHECK(a.y == b.y);
+            CHECK(a.hn == b.hn);
+            CHECK(a.dx == b.dx);
+            CHECK(a.dparams == b.dparams);
+        });
 }

@@ -52,20 +52,4 @@ LSTM_HOST_DEVICE void swap_leading_element(int64_t idx, int64_t a, int64_t b, in
     dst[idx] = src[(ai * b + bi) * c + k];
 }
 
-namespace cuda {
-
-// Launchers (layer_ops.cu), one thread per element written, queued on `stream` (a cudaStream_t)
-// and not waited for; device memory, arguments as in the bodies above. Launch errors are left for
-// the caller's cudaGetLastError().
-template <typename T>
-void launch_dropout(int64_t count, uint64_t key, double p, T scale, const T* src, T* mask, T* dst,
-                    void* stream);
-// dst (count) = src * mask element-wise; dst may alias src.
-template <typename T>
-void launch_multiply(int64_t count, const T* src, const T* mask, T* dst, void* stream);
-template <typename T>
-void launch_swap_leading(int64_t a, int64_t b, int64_t c, const T* src, T* dst, void* stream);
-
-}  // namespace cuda
-
 }  // namespace lstm::kernels

@@ -40,21 +40,24 @@ __global__ void __launch_bounds__(kCeTotalThreads) cross_entropy_total_kernel(Ce
 
 }  // namespace
 
+// A warp per row (the shuffles of the softmax), kCeRowWarps rows per block; the total is one
+// block, so that its sum has one fixed order.
 template <typename T>
-cudaError_t launch_cross_entropy(const CeArgs<T>& a, cudaStream_t stream) {
+LaunchStatus launch_cross_entropy(const CeArgs<T>& a, void* stream_ptr) {
+    const auto stream = static_cast<cudaStream_t>(stream_ptr);
     if (a.rows > 0) {
         const int64_t blocks = (a.rows + kCeRowWarps - 1) / kCeRowWarps;
         cross_entropy_rows_kernel<T>
             <<<static_cast<unsigned>(blocks), static_cast<unsigned>(kCeRowWarps * kWarpLanes), 0,
                stream>>>(a);
         const cudaError_t status = cudaGetLastError();
-        if (status != cudaSuccess) return status;
+        if (status != cudaSuccess) return {static_cast<int>(status)};
     }
     cross_entropy_total_kernel<T><<<1, static_cast<unsigned>(kCeTotalThreads), 0, stream>>>(a);
-    return cudaGetLastError();
+    return {static_cast<int>(cudaGetLastError())};
 }
 
-template cudaError_t launch_cross_entropy<float>(const CeArgs<float>&, cudaStream_t);
-template cudaError_t launch_cross_entropy<double>(const CeArgs<double>&, cudaStream_t);
+template LaunchStatus launch_cross_entropy<float>(const CeArgs<float>&, void*);
+template LaunchStatus launch_cross_entropy<double>(const CeArgs<double>&, void*);
 
 }  // namespace lstm::kernels::cuda

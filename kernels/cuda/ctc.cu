@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/ctc.hpp"
 #include "kernels/cuda/ctc_layout.hpp"
+#include "kernels/cuda/grid_stride.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
 
 namespace lstm::kernels::cuda {
@@ -73,66 +74,67 @@ __global__ void ctc_cudnn_grad_kernel(CtcArgs<T> a) {
         ctc_cudnn_scale_grad(a, i);
 }
 
-// Element-wise kernels: 256 threads per block, a grid capped so each thread takes a few elements.
-constexpr int kElementThreads = 256;
-constexpr int64_t kMaxElementBlocks = 4096;
-
 }  // namespace
 
+// A warp per frame (the shuffles of the normalizer), kCtcNormWarps frames per block.
 template <typename T>
-cudaError_t launch_ctc_log_norm(const CtcArgs<T>& a, cudaStream_t stream) {
+LaunchStatus launch_ctc_log_norm(const CtcArgs<T>& a, void* stream_ptr) {
+    const auto stream = static_cast<cudaStream_t>(stream_ptr);
     const int64_t frames = a.max_time * a.batch;
-    if (frames == 0) return cudaSuccess;
+    if (frames == 0) return {};
     const int64_t blocks = (frames + kCtcNormWarps - 1) / kCtcNormWarps;
     ctc_log_norm_kernel<T><<<static_cast<unsigned>(blocks),
                              static_cast<unsigned>(kCtcNormWarps * kWarpLanes), 0, stream>>>(a);
-    return cudaGetLastError();
+    return {static_cast<int>(cudaGetLastError())};
 }
 
+// A block per (sample, direction): each recursion is sequential in time.
 template <typename T>
-cudaError_t launch_ctc_recursions(const CtcArgs<T>& a, cudaStream_t stream) {
-    if (a.batch == 0) return cudaSuccess;
+LaunchStatus launch_ctc_recursions(const CtcArgs<T>& a, void* stream_ptr) {
+    const auto stream = static_cast<cudaStream_t>(stream_ptr);
+    if (a.batch == 0) return {};
     const bool in_shared = ctc_ring_in_shared(a.max_states);
     const size_t shared = in_shared ? static_cast<size_t>(2 * a.max_states) * sizeof(double) : 0;
     const dim3 grid(static_cast<unsigned>(a.batch), 2);
     const auto threads = static_cast<unsigned>(ctc_recursion_threads(a.max_states));
     ctc_recursion_kernel<T><<<grid, threads, shared, stream>>>(a, in_shared);
-    return cudaGetLastError();
+    return {static_cast<int>(cudaGetLastError())};
 }
 
+// A block per frame: its threads sum the frame's posteriors in shared memory.
 template <typename T>
-cudaError_t launch_ctc_gradient(const CtcArgs<T>& a, cudaStream_t stream) {
+LaunchStatus launch_ctc_gradient(const CtcArgs<T>& a, void* stream_ptr) {
+    const auto stream = static_cast<cudaStream_t>(stream_ptr);
     const int64_t frames = a.max_time * a.batch;
-    if (a.grad == nullptr || frames == 0) return cudaSuccess;
+    if (a.grad == nullptr || frames == 0) return {};
     ctc_gradient_kernel<T>
         <<<static_cast<unsigned>(frames), static_cast<unsigned>(kCtcGradThreads), 0, stream>>>(a);
-    return cudaGetLastError();
+    return {static_cast<int>(cudaGetLastError())};
 }
 
+// A thread per sample (no grid-stride loop, so the grid is not capped), then an element-wise pass
+// over the gradient.
 template <typename T>
-cudaError_t launch_ctc_cudnn_finish(const CtcArgs<T>& a, const float* costs, cudaStream_t stream) {
-    if (a.batch == 0) return cudaSuccess;
-    const int64_t blocks = (a.batch + kElementThreads - 1) / kElementThreads;
+LaunchStatus launch_ctc_cudnn_finish(const CtcArgs<T>& a, const float* costs, void* stream_ptr) {
+    const auto stream = static_cast<cudaStream_t>(stream_ptr);
+    if (a.batch == 0) return {};
+    const int64_t blocks = (a.batch + grid::kThreads - 1) / grid::kThreads;
     ctc_cudnn_finish_kernel<T>
-        <<<static_cast<unsigned>(blocks), kElementThreads, 0, stream>>>(a, costs);
-    cudaError_t status = cudaGetLastError();
+        <<<static_cast<unsigned>(blocks), grid::kThreads, 0, stream>>>(a, costs);
+    const cudaError_t status = cudaGetLastError();
     const int64_t count = a.max_time * a.batch * a.classes;
-    if (status != cudaSuccess || a.grad == nullptr || count == 0) return status;
-    const int64_t grad_blocks =
-        std::min(kMaxElementBlocks, (count + kElementThreads - 1) / kElementThreads);
-    ctc_cudnn_grad_kernel<T><<<static_cast<unsigned>(grad_blocks), kElementThreads, 0, stream>>>(a);
-    return cudaGetLastError();
+    if (status != cudaSuccess || a.grad == nullptr || count == 0) return {static_cast<int>(status)};
+    ctc_cudnn_grad_kernel<T><<<grid::blocks_for(count), grid::kThreads, 0, stream>>>(a);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
-template cudaError_t launch_ctc_log_norm<float>(const CtcArgs<float>&, cudaStream_t);
-template cudaError_t launch_ctc_log_norm<double>(const CtcArgs<double>&, cudaStream_t);
-template cudaError_t launch_ctc_recursions<float>(const CtcArgs<float>&, cudaStream_t);
-template cudaError_t launch_ctc_recursions<double>(const CtcArgs<double>&, cudaStream_t);
-template cudaError_t launch_ctc_gradient<float>(const CtcArgs<float>&, cudaStream_t);
-template cudaError_t launch_ctc_gradient<double>(const CtcArgs<double>&, cudaStream_t);
-template cudaError_t launch_ctc_cudnn_finish<float>(const CtcArgs<float>&, const float*,
-                                                    cudaStream_t);
-template cudaError_t launch_ctc_cudnn_finish<double>(const CtcArgs<double>&, const float*,
-                                                     cudaStream_t);
+template LaunchStatus launch_ctc_log_norm<float>(const CtcArgs<float>&, void*);
+template LaunchStatus launch_ctc_log_norm<double>(const CtcArgs<double>&, void*);
+template LaunchStatus launch_ctc_recursions<float>(const CtcArgs<float>&, void*);
+template LaunchStatus launch_ctc_recursions<double>(const CtcArgs<double>&, void*);
+template LaunchStatus launch_ctc_gradient<float>(const CtcArgs<float>&, void*);
+template LaunchStatus launch_ctc_gradient<double>(const CtcArgs<double>&, void*);
+template LaunchStatus launch_ctc_cudnn_finish<float>(const CtcArgs<float>&, const float*, void*);
+template LaunchStatus launch_ctc_cudnn_finish<double>(const CtcArgs<double>&, const float*, void*);
 
 }  // namespace lstm::kernels::cuda

@@ -23,23 +23,27 @@ __global__ void fill_kernel(int64_t count, T value, T* v) {
 }  // namespace
 
 template <typename T>
-void launch_broadcast_bias(int64_t rows, int64_t out_features, const T* bias, T* y, void* stream) {
+LaunchStatus launch_broadcast_bias(int64_t rows, int64_t out_features, const T* bias, T* y,
+                                   void* stream) {
     const int64_t total = rows * out_features;
-    if (total == 0) return;
+    if (total == 0) return {};
     broadcast_bias_kernel<T><<<grid::blocks_for(total), grid::kThreads, 0, cudaStream_t(stream)>>>(
         total, out_features, bias, y);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
 template <typename T>
-void launch_fill(int64_t count, T value, T* v, void* stream) {
-    if (count == 0) return;
+LaunchStatus launch_fill(int64_t count, T value, T* v, void* stream) {
+    if (count == 0) return {};
     fill_kernel<T>
         <<<grid::blocks_for(count), grid::kThreads, 0, cudaStream_t(stream)>>>(count, value, v);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
-template void launch_broadcast_bias<float>(int64_t, int64_t, const float*, float*, void*);
-template void launch_broadcast_bias<double>(int64_t, int64_t, const double*, double*, void*);
-template void launch_fill<float>(int64_t, float, float*, void*);
-template void launch_fill<double>(int64_t, double, double*, void*);
+template LaunchStatus launch_broadcast_bias<float>(int64_t, int64_t, const float*, float*, void*);
+template LaunchStatus launch_broadcast_bias<double>(int64_t, int64_t, const double*, double*,
+                                                    void*);
+template LaunchStatus launch_fill<float>(int64_t, float, float*, void*);
+template LaunchStatus launch_fill<double>(int64_t, double, double*, void*);
 
 }  // namespace lstm::kernels::cuda

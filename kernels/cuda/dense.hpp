@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/common/gates.hpp"  // LSTM_HOST_DEVICE
+#include "kernels/cuda/launch.hpp"
 
 namespace lstm::kernels {
 
@@ -26,14 +27,14 @@ LSTM_HOST_DEVICE void fill_element(int64_t idx, T value, T* v) {
 
 namespace cuda {
 
-// Launchers (dense.cu), queued on `stream` (a cudaStream_t) and not waited for; device memory.
-// Launch errors are left for the caller's cudaGetLastError().
+// Launchers (dense.cu) in the convention of kernels/cuda/launch.hpp; device memory.
 // y (rows, out_features) overwritten with bias (out_features) in every row.
 template <typename T>
-void launch_broadcast_bias(int64_t rows, int64_t out_features, const T* bias, T* y, void* stream);
+LaunchStatus launch_broadcast_bias(int64_t rows, int64_t out_features, const T* bias, T* y,
+                                   void* stream);
 // v (count) overwritten with value.
 template <typename T>
-void launch_fill(int64_t count, T value, T* v, void* stream);
+LaunchStatus launch_fill(int64_t count, T value, T* v, void* stream);
 
 }  // namespace cuda
 

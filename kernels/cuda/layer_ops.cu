@@ -5,6 +5,7 @@
 
 #include "kernels/common/layer_ops.hpp"
 #include "kernels/cuda/grid_stride.cuh"
+#include "kernels/cuda/layer_ops.hpp"
 
 namespace lstm::kernels::cuda {
 
@@ -31,32 +32,39 @@ __global__ void swap_leading_kernel(int64_t a, int64_t b, int64_t c, const T* sr
 }  // namespace
 
 template <typename T>
-void launch_dropout(int64_t count, uint64_t key, double p, T scale, const T* src, T* mask, T* dst,
-                    void* stream) {
-    if (count == 0) return;
+LaunchStatus launch_dropout_mask(int64_t count, uint64_t key, double p, T scale, const T* src,
+                                 T* mask, T* dst, void* stream) {
+    if (count == 0) return {};
     dropout_kernel<T><<<grid::blocks_for(count), grid::kThreads, 0, cudaStream_t(stream)>>>(
         count, key, p, scale, src, mask, dst);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
 template <typename T>
-void launch_multiply(int64_t count, const T* src, const T* mask, T* dst, void* stream) {
-    if (count == 0) return;
+LaunchStatus launch_mask_multiply(int64_t count, const T* src, const T* mask, T* dst,
+                                  void* stream) {
+    if (count == 0) return {};
     multiply_kernel<T><<<grid::blocks_for(count), grid::kThreads, 0, cudaStream_t(stream)>>>(
         count, src, mask, dst);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
 template <typename T>
-void launch_swap_leading(int64_t a, int64_t b, int64_t c, const T* src, T* dst, void* stream) {
-    if (a * b * c == 0) return;
+LaunchStatus launch_swap_leading_dims(int64_t a, int64_t b, int64_t c, const T* src, T* dst,
+                                      void* stream) {
+    if (a * b * c == 0) return {};
     swap_leading_kernel<T>
         <<<grid::blocks_for(a * b * c), grid::kThreads, 0, cudaStream_t(stream)>>>(a, b, c, src,
                                                                                    dst);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
-#define LSTM_INSTANTIATE_LAYER_OPS(T)                                                       \
-    template void launch_dropout<T>(int64_t, uint64_t, double, T, const T*, T*, T*, void*); \
-    template void launch_multiply<T>(int64_t, const T*, const T*, T*, void*);               \
-    template void launch_swap_leading<T>(int64_t, int64_t, int64_t, const T*, T*, void*);
+#define LSTM_INSTANTIATE_LAYER_OPS(T)                                                            \
+    template LaunchStatus launch_dropout_mask<T>(int64_t, uint64_t, double, T, const T*, T*, T*, \
+                                                 void*);                                         \
+    template LaunchStatus launch_mask_multiply<T>(int64_t, const T*, const T*, T*, void*);       \
+    template LaunchStatus launch_swap_leading_dims<T>(int64_t, int64_t, int64_t, const T*, T*,   \
+                                                      void*);
 LSTM_INSTANTIATE_LAYER_OPS(float)
 LSTM_INSTANTIATE_LAYER_OPS(double)
 #undef LSTM_INSTANTIATE_LAYER_OPS

@@ -3,23 +3,15 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
+#include "kernels/cuda/grid_stride.cuh"
 #include "kernels/cuda/lstm_kernels.hpp"
 
 namespace lstm::kernels::cuda {
 
 namespace {
 
-// 256 threads: a multiple of the warp size that keeps several blocks resident per SM for these
-// memory-bound passes.
-constexpr int kThreads = 256;
-// Enough blocks to fill every SM of an H200 many times over; larger grids only add block
-// scheduling, the grid-stride loop covers the rest.
-constexpr int64_t kMaxBlocks = 8192;
-
 template <typename Op>
-__global__ void __launch_bounds__(kThreads) elementwise_kernel(Op op, int64_t count) {
+__global__ void __launch_bounds__(grid::kThreads) elementwise_kernel(Op op, int64_t count) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += stride)
@@ -29,18 +21,17 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(Op op, int64_t co
 }  // namespace
 
 template <typename Op>
-int launch(const Op& op, int64_t count, void* stream) {
-    if (count <= 0) return static_cast<int>(cudaSuccess);
-    const int64_t blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, kMaxBlocks);
+LaunchStatus launch(const Op& op, int64_t count, void* stream) {
+    if (count <= 0) return {};
     elementwise_kernel<Op>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(op,
+        <<<grid::blocks_for(count), grid::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(op,
                                                                                             count);
-    return static_cast<int>(cudaGetLastError());
+    return {static_cast<int>(cudaGetLastError())};
 }
 
-#define LSTM_INSTANTIATE_LAUNCH(OP)                                   \
-    template int launch<OP<float>>(const OP<float>&, int64_t, void*); \
-    template int launch<OP<double>>(const OP<double>&, int64_t, void*);
+#define LSTM_INSTANTIATE_LAUNCH(OP)                                            \
+    template LaunchStatus launch<OP<float>>(const OP<float>&, int64_t, void*); \
+    template LaunchStatus launch<OP<double>>(const OP<double>&, int64_t, void*);
 
 LSTM_INSTANTIATE_LAUNCH(GatherFrames)
 LSTM_INSTANTIATE_LAUNCH(UnpackFrames)

@@ -24,28 +24,30 @@ __global__ void adam_kernel(int64_t n, T* p, const T* g, T* m, T* v, AdamCoeffic
 }  // namespace
 
 template <typename T>
-void launch_sgd_step(int64_t n, T* p, const T* g, T* buf, const SgdCoefficients<T>& c,
-                     void* stream) {
-    if (n == 0) return;
+LaunchStatus launch_sgd_step(int64_t n, T* p, const T* g, T* buf, const SgdCoefficients<T>& c,
+                             void* stream) {
+    if (n == 0) return {};
     sgd_kernel<T><<<grid::blocks_for(n), grid::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         n, p, g, buf, c);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
 template <typename T>
-void launch_adam_step(int64_t n, T* p, const T* g, T* m, T* v, const AdamCoefficients<T>& c,
-                      void* stream) {
-    if (n == 0) return;
+LaunchStatus launch_adam_step(int64_t n, T* p, const T* g, T* m, T* v, const AdamCoefficients<T>& c,
+                              void* stream) {
+    if (n == 0) return {};
     adam_kernel<T><<<grid::blocks_for(n), grid::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         n, p, g, m, v, c);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
-template void launch_sgd_step<float>(int64_t, float*, const float*, float*,
-                                     const SgdCoefficients<float>&, void*);
-template void launch_sgd_step<double>(int64_t, double*, const double*, double*,
-                                      const SgdCoefficients<double>&, void*);
-template void launch_adam_step<float>(int64_t, float*, const float*, float*, float*,
-                                      const AdamCoefficients<float>&, void*);
-template void launch_adam_step<double>(int64_t, double*, const double*, double*, double*,
-                                       const AdamCoefficients<double>&, void*);
+template LaunchStatus launch_sgd_step<float>(int64_t, float*, const float*, float*,
+                                             const SgdCoefficients<float>&, void*);
+template LaunchStatus launch_sgd_step<double>(int64_t, double*, const double*, double*,
+                                              const SgdCoefficients<double>&, void*);
+template LaunchStatus launch_adam_step<float>(int64_t, float*, const float*, float*, float*,
+                                              const AdamCoefficients<float>&, void*);
+template LaunchStatus launch_adam_step<double>(int64_t, double*, const double*, double*, double*,
+                                               const AdamCoefficients<double>&, void*);
 
 }  // namespace lstm::kernels::cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common/gates.hpp"  // LSTM_HOST_DEVICE
+#include "kernels/cuda/launch.hpp"
 
 namespace lstm::kernels {
 
@@ -98,16 +99,15 @@ LSTM_HOST_DEVICE void adam_element(int64_t i, T* p, const T* g, T* m, T* v,
 
 namespace cuda {
 
-// Launchers (optim.cu): one element-wise kernel over n elements, queued on `stream` (a
-// cudaStream_t), not waited for. p, g, buf / m / v are device arrays of n elements; p and the
-// moment buffers are updated in place. Launch errors are left for the caller's
-// cudaGetLastError().
+// Launchers (optim.cu) in the convention of kernels/cuda/launch.hpp: one element-wise kernel
+// over n elements. p, g, buf / m / v are device arrays of n elements; p and the moment buffers
+// are updated in place.
 template <typename T>
-void launch_sgd_step(int64_t n, T* p, const T* g, T* buf, const SgdCoefficients<T>& c,
-                     void* stream);
+LaunchStatus launch_sgd_step(int64_t n, T* p, const T* g, T* buf, const SgdCoefficients<T>& c,
+                             void* stream);
 template <typename T>
-void launch_adam_step(int64_t n, T* p, const T* g, T* m, T* v, const AdamCoefficients<T>& c,
-                      void* stream);
+LaunchStatus launch_adam_step(int64_t n, T* p, const T* g, T* m, T* v, const AdamCoefficients<T>& c,
+                              void* stream);
 
 }  // namespace cuda
 

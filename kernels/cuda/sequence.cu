@@ -25,52 +25,53 @@ __global__ void sequence_kernel(int64_t total, int64_t steps, int64_t batch, int
 // Runs Body over indices [0, total) on `stream`; total is dst's element count for the gathers and
 // pools, the (T, N, F) gradient's for the scatters, which write every element of it.
 template <typename T, ElementBody<T> Body>
-void launch(int64_t total, int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
-            const T* src, T* dst, void* stream) {
-    if (total == 0) return;
+LaunchStatus launch_body(int64_t total, int64_t steps, int64_t batch, int64_t features,
+                         const int64_t* lengths, const T* src, T* dst, void* stream) {
+    if (total == 0) return {};
     sequence_kernel<T, Body><<<grid::blocks_for(total), grid::kThreads, 0, cudaStream_t(stream)>>>(
         total, steps, batch, features, lengths, src, dst);
+    return {static_cast<int>(cudaGetLastError())};
 }
 
 }  // namespace
 
 template <typename T>
-void launch_gather_last_step(int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
-                             const T* y, T* out, void* stream) {
-    launch<T, gather_last_step_element<T>>(batch * features, steps, batch, features, lengths, y,
-                                           out, stream);
+LaunchStatus launch_gather_last_step(int64_t steps, int64_t batch, int64_t features,
+                                     const int64_t* lengths, const T* y, T* out, void* stream) {
+    return launch_body<T, gather_last_step_element<T>>(batch * features, steps, batch, features,
+                                                       lengths, y, out, stream);
 }
 
 template <typename T>
-void launch_scatter_last_step(int64_t steps, int64_t batch, int64_t features,
-                              const int64_t* lengths, const T* dout, T* dy, void* stream) {
-    launch<T, scatter_last_step_element<T>>(steps * batch * features, steps, batch, features,
-                                            lengths, dout, dy, stream);
+LaunchStatus launch_scatter_last_step(int64_t steps, int64_t batch, int64_t features,
+                                      const int64_t* lengths, const T* dout, T* dy, void* stream) {
+    return launch_body<T, scatter_last_step_element<T>>(steps * batch * features, steps, batch,
+                                                        features, lengths, dout, dy, stream);
 }
 
 template <typename T>
-void launch_mean_pool(int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
-                      const T* y, T* out, void* stream) {
-    launch<T, mean_pool_element<T>>(batch * features, steps, batch, features, lengths, y, out,
-                                    stream);
+LaunchStatus launch_mean_pool(int64_t steps, int64_t batch, int64_t features,
+                              const int64_t* lengths, const T* y, T* out, void* stream) {
+    return launch_body<T, mean_pool_element<T>>(batch * features, steps, batch, features, lengths,
+                                                y, out, stream);
 }
 
 template <typename T>
-void launch_scatter_mean_pool(int64_t steps, int64_t batch, int64_t features,
-                              const int64_t* lengths, const T* dout, T* dy, void* stream) {
-    launch<T, scatter_mean_pool_element<T>>(steps * batch * features, steps, batch, features,
-                                            lengths, dout, dy, stream);
+LaunchStatus launch_scatter_mean_pool(int64_t steps, int64_t batch, int64_t features,
+                                      const int64_t* lengths, const T* dout, T* dy, void* stream) {
+    return launch_body<T, scatter_mean_pool_element<T>>(steps * batch * features, steps, batch,
+                                                        features, lengths, dout, dy, stream);
 }
 
 #define LSTM_INSTANTIATE_SEQUENCE(T)                                                               \
-    template void launch_gather_last_step<T>(int64_t, int64_t, int64_t, const int64_t*, const T*,  \
-                                             T*, void*);                                           \
-    template void launch_scatter_last_step<T>(int64_t, int64_t, int64_t, const int64_t*, const T*, \
+    template LaunchStatus launch_gather_last_step<T>(int64_t, int64_t, int64_t, const int64_t*,    \
+                                                     const T*, T*, void*);                         \
+    template LaunchStatus launch_scatter_last_step<T>(int64_t, int64_t, int64_t, const int64_t*,   \
+                                                      const T*, T*, void*);                        \
+    template LaunchStatus launch_mean_pool<T>(int64_t, int64_t, int64_t, const int64_t*, const T*, \
                                               T*, void*);                                          \
-    template void launch_mean_pool<T>(int64_t, int64_t, int64_t, const int64_t*, const T*, T*,     \
-                                      void*);                                                      \
-    template void launch_scatter_mean_pool<T>(int64_t, int64_t, int64_t, const int64_t*, const T*, \
-                                              T*, void*);
+    template LaunchStatus launch_scatter_mean_pool<T>(int64_t, int64_t, int64_t, const int64_t*,   \
+                                                      const T*, T*, void*);
 LSTM_INSTANTIATE_SEQUENCE(float)
 LSTM_INSTANTIATE_SEQUENCE(double)
 #undef LSTM_INSTANTIATE_SEQUENCE

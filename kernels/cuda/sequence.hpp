@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/common/gates.hpp"  // LSTM_HOST_DEVICE
+#include "kernels/cuda/launch.hpp"
 
 namespace lstm::kernels {
 
@@ -68,21 +69,20 @@ LSTM_HOST_DEVICE void scatter_mean_pool_element(int64_t idx, int64_t steps, int6
 
 namespace cuda {
 
-// Launchers (sequence.cu), one thread per element written, queued on `stream` (a cudaStream_t)
-// and not waited for; arguments as in the bodies above (device memory). Launch errors are left
-// for the caller's cudaGetLastError().
+// Launchers (sequence.cu) in the convention of kernels/cuda/launch.hpp, one thread per element
+// written; arguments as in the bodies above (device memory).
 template <typename T>
-void launch_gather_last_step(int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
-                             const T* y, T* out, void* stream);
+LaunchStatus launch_gather_last_step(int64_t steps, int64_t batch, int64_t features,
+                                     const int64_t* lengths, const T* y, T* out, void* stream);
 template <typename T>
-void launch_scatter_last_step(int64_t steps, int64_t batch, int64_t features,
-                              const int64_t* lengths, const T* dout, T* dy, void* stream);
+LaunchStatus launch_scatter_last_step(int64_t steps, int64_t batch, int64_t features,
+                                      const int64_t* lengths, const T* dout, T* dy, void* stream);
 template <typename T>
-void launch_mean_pool(int64_t steps, int64_t batch, int64_t features, const int64_t* lengths,
-                      const T* y, T* out, void* stream);
+LaunchStatus launch_mean_pool(int64_t steps, int64_t batch, int64_t features,
+                              const int64_t* lengths, const T* y, T* out, void* stream);
 template <typename T>
-void launch_scatter_mean_pool(int64_t steps, int64_t batch, int64_t features,
-                              const int64_t* lengths, const T* dout, T* dy, void* stream);
+LaunchStatus launch_scatter_mean_pool(int64_t steps, int64_t batch, int64_t features,
+                                      const int64_t* lengths, const T* dout, T* dy, void* stream);
 
 }  // namespace cuda
 

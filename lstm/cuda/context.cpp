@@ -89,7 +89,9 @@ cudaEvent_t Context::Impl::event(size_t i) {
     return events[i];
 }
 
-Context::Context(int device) : impl_(std::make_unique<Impl>(device)) {}
+void Context::ImplDeleter::operator()(Impl* impl) const noexcept { delete impl; }
+
+Context::Context(int device) : impl_(new Impl(device)) {}
 Context::~Context() = default;
 
 int Context::device() const { return impl_->device; }

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "lstm/cuda/link.hpp"
+
 namespace lstm::cuda {
 
 class Context {
@@ -20,24 +22,25 @@ public:
     // stream and the library handles on it. Throws lstm::Error naming the failing call when the
     // device is missing or a handle fails; whatever was created before the failure is released.
     // Every library call that takes the context makes its device current for the call and
-    // restores the caller's current device afterwards.
+    // restores the caller's current device afterwards. In a program that does not link
+    // lstm::cuda it throws lstm::Unsupported saying so.
     explicit Context(int device = 0);
-    ~Context();
+    LSTM_CUDA_ENTRY ~Context();
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
 
-    int device() const;
+    LSTM_CUDA_ENTRY int device() const;
     // The cudaStream_t every call made with this context is queued on.
-    void* stream() const;
+    LSTM_CUDA_ENTRY void* stream() const;
     // Blocks until all work queued on stream() has finished; throws on an asynchronous error.
-    void synchronize() const;
+    LSTM_CUDA_ENTRY void synchronize() const;
 
     // Whether `fused` (cuda) may capture a repeated call into a CUDA graph and replay it (see
     // lstm/variants/cuda_fused.hpp). On unless the environment variable LSTM_CUDA_GRAPHS is "0"
     // when the context is constructed. Off: every call runs eagerly; graphs captured before stay
     // cached and are replayed again once it is turned back on.
-    bool graphs_enabled() const;
-    void set_graphs_enabled(bool enabled);
+    LSTM_CUDA_ENTRY bool graphs_enabled() const;
+    LSTM_CUDA_ENTRY void set_graphs_enabled(bool enabled);
 
     // Calls build a plan per shape (descriptors, scratch in device and pinned host memory, for
     // `fused` a captured graph per set of buffer addresses) and keep it for the context's life,
@@ -48,15 +51,20 @@ public:
     // need (with the same results). Call it between training steps, not between a forward and
     // its backward (cuDNN's backward expects the forward's descriptors), and not while another
     // thread uses the context. plan_count() says how many are held.
-    size_t release_plans();
-    size_t plan_count() const;
+    LSTM_CUDA_ENTRY size_t release_plans();
+    LSTM_CUDA_ENTRY size_t plan_count() const;
 
     // Internal state, defined in lstm/cuda/internal/context_impl.hpp (lstm_cuda only).
     struct Impl;
     Impl& impl() const { return *impl_; }
 
 private:
-    std::unique_ptr<Impl> impl_;
+    // Out of line (context.cpp), so that code compiled without Impl's definition (the CPU part's
+    // stand-in constructor, lstm/cuda/absent.cpp) needs none to clean up.
+    struct ImplDeleter {
+        LSTM_CUDA_ENTRY void operator()(Impl* impl) const noexcept;
+    };
+    std::unique_ptr<Impl, ImplDeleter> impl_;
 };
 
 // What graphs_enabled() of a Context constructed now starts as: false when the environment

@@ -1,6 +1,6 @@
 #include "lstm/cuda/layer_ops.hpp"
 
-#include "kernels/common/layer_ops.hpp"
+#include "kernels/cuda/layer_ops.hpp"
 #include "lstm/cuda/internal/context_impl.hpp"
 #include "lstm/cuda/internal/device_guard.hpp"
 
@@ -10,22 +10,22 @@ template <typename T>
 void dropout(Context& context, int64_t count, uint64_t key, double p, T scale, const T* src,
              T* mask, T* dst) {
     const detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_dropout<T>(count, key, p, scale, src, mask, dst, context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_dropout_mask<T>(count, key, p, scale, src, mask,
+                                                                 dst, context.stream()));
 }
 
 template <typename T>
 void multiply(Context& context, int64_t count, const T* src, const T* mask, T* dst) {
     const detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_multiply<T>(count, src, mask, dst, context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(
+        kernels::cuda::launch_mask_multiply<T>(count, src, mask, dst, context.stream()));
 }
 
 template <typename T>
 void swap_leading_dims(Context& context, int64_t a, int64_t b, int64_t c, const T* src, T* dst) {
     const detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_swap_leading<T>(a, b, c, src, dst, context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(
+        kernels::cuda::launch_swap_leading_dims<T>(a, b, c, src, dst, context.stream()));
 }
 
 #define LSTM_INSTANTIATE_LAYER_OPS_CUDA(T)                                              \

@@ -2,7 +2,9 @@
 
 // The few CUDA runtime services the public API needs (device discovery, device memory), declared
 // without CUDA headers so that code which only links lstm::lstm never sees them. Defined in the
-// compiled lstm_cuda library (lstm/cuda/runtime.cpp); present only when LSTM_WITH_CUDA is 1.
+// compiled lstm_cuda library (lstm/cuda/runtime.cpp, the lstm::cuda target); present only when
+// LSTM_WITH_CUDA is 1. In a program that does not link lstm::cuda, device_count() is 0 and the
+// others throw lstm::Unsupported saying so (lstm/cuda/absent.cpp, lstm/cuda/link.hpp).
 
 #include <cstddef>
 #include <string>

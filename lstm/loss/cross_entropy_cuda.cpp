@@ -105,7 +105,7 @@ double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const
     a.grad = grad;
     a.row_loss = reinterpret_cast<double*>(base + layout.row_loss);
     a.total = reinterpret_cast<double*>(base + layout.total);
-    LSTM_CUDA_CHECK(kernels::cuda::launch_cross_entropy(a, impl.stream));
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_cross_entropy(a, impl.stream));
     double total = 0.0;
     LSTM_CUDA_CHECK(
         cudaMemcpyAsync(&total, a.total, sizeof total, cudaMemcpyDeviceToHost, impl.stream));

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cross_entropy.hpp"  // CeOptions
+#include "lstm/cuda/link.hpp"
 
 namespace lstm::cuda {
 
@@ -24,13 +25,15 @@ class Context;
 // them. Returns the double sum of the counted rows' losses, added in a fixed order; waits on the
 // context's stream. Per-call scratch is kept in a plan of the context that only grows, so
 // steady-state calls allocate nothing.
-double cross_entropy_rows(Context& context, int64_t rows, int64_t classes, int64_t batch,
-                          const int64_t* lengths, const float* logits, const int64_t* targets,
-                          const kernels::cpu::CeOptions<float>& options, float scale, float* losses,
-                          float* grad);
-double cross_entropy_rows(Context& context, int64_t rows, int64_t classes, int64_t batch,
-                          const int64_t* lengths, const double* logits, const int64_t* targets,
-                          const kernels::cpu::CeOptions<double>& options, double scale,
-                          double* losses, double* grad);
+LSTM_CUDA_ENTRY double cross_entropy_rows(Context& context, int64_t rows, int64_t classes,
+                                          int64_t batch, const int64_t* lengths,
+                                          const float* logits, const int64_t* targets,
+                                          const kernels::cpu::CeOptions<float>& options,
+                                          float scale, float* losses, float* grad);
+LSTM_CUDA_ENTRY double cross_entropy_rows(Context& context, int64_t rows, int64_t classes,
+                                          int64_t batch, const int64_t* lengths,
+                                          const double* logits, const int64_t* targets,
+                                          const kernels::cpu::CeOptions<double>& options,
+                                          double scale, double* losses, double* grad);
 
 }  // namespace lstm::cuda

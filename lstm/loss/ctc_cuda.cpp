@@ -142,9 +142,9 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
     a.grad = p.grad;
 
     if (backend == loss::CtcBackend::own) {
-        LSTM_CUDA_CHECK(kc::launch_ctc_log_norm(a, impl.stream));
-        LSTM_CUDA_CHECK(kc::launch_ctc_recursions(a, impl.stream));
-        LSTM_CUDA_CHECK(kc::launch_ctc_gradient(a, impl.stream));
+        LSTM_CUDA_CHECK_LAUNCH(kc::launch_ctc_log_norm(a, impl.stream));
+        LSTM_CUDA_CHECK_LAUNCH(kc::launch_ctc_recursions(a, impl.stream));
+        LSTM_CUDA_CHECK_LAUNCH(kc::launch_ctc_gradient(a, impl.stream));
     } else {
 #if LSTM_WITH_CUDNN
         if constexpr (std::is_same_v<T, float>) {
@@ -165,14 +165,14 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
             const CudnnCtcPlan& cudnn = *plan.cudnn;
             // cuDNN's costs cannot tell NaN input from an infeasible sample; the normalizer
             // kernel's check can.
-            LSTM_CUDA_CHECK(kc::launch_ctc_log_norm(a, impl.stream));
+            LSTM_CUDA_CHECK_LAUNCH(kc::launch_ctc_log_norm(a, impl.stream));
             const auto* lengths32 = reinterpret_cast<const int*>(base + layout.lengths32);
             auto* costs = reinterpret_cast<float*>(base + layout.costs);
             LSTM_CUDNN_CHECK(cudnnCTCLoss_v8(
                 impl.cudnn, CUDNN_CTC_LOSS_ALGO_DETERMINISTIC, cudnn.ctc.desc, cudnn.probs.desc,
                 p.input, reinterpret_cast<const int*>(a.labels), lengths32, lengths32 + p.batch,
                 costs, cudnn.grads.desc, p.grad, cudnn.workspace_bytes, cudnn.workspace.data()));
-            LSTM_CUDA_CHECK(kc::launch_ctc_cudnn_finish(a, costs, impl.stream));
+            LSTM_CUDA_CHECK_LAUNCH(kc::launch_ctc_cudnn_finish(a, costs, impl.stream));
         } else {
             fail_as<Unsupported>("ctc_loss: backend cudnn needs float input");
         }

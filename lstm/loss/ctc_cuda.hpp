@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/ctc.hpp"
+#include "lstm/cuda/link.hpp"
 #include "lstm/error.hpp"
 #include "lstm/loss/reduction.hpp"
 
@@ -135,9 +136,10 @@ namespace lstm::cuda {
 // ctc_loss specifies and returns the reduced loss: sum, or PyTorch's mean when `reduction` is
 // mean (NaN for an empty batch). Per-call scratch lives in plans of the context that only grow,
 // so steady-state calls allocate no device memory.
-float ctc_loss(Context& context, const kernels::cpu::CtcProblem<float>& problem,
-               loss::Reduction reduction, loss::CtcBackend backend, float* losses);
-double ctc_loss(Context& context, const kernels::cpu::CtcProblem<double>& problem,
-                loss::Reduction reduction, loss::CtcBackend backend, double* losses);
+LSTM_CUDA_ENTRY float ctc_loss(Context& context, const kernels::cpu::CtcProblem<float>& problem,
+                               loss::Reduction reduction, loss::CtcBackend backend, float* losses);
+LSTM_CUDA_ENTRY double ctc_loss(Context& context, const kernels::cpu::CtcProblem<double>& problem,
+                                loss::Reduction reduction, loss::CtcBackend backend,
+                                double* losses);
 
 }  // namespace lstm::cuda

@@ -41,8 +41,8 @@ void dense_forward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64_
     const cuda::detail::DeviceGuard on_device(context);
     cuda::Context::Impl& impl = context.impl();
     if (bias != nullptr) {
-        kernels::cuda::launch_broadcast_bias<T>(rows, out, bias, y, impl.stream);
-        LSTM_CUDA_CHECK_LAUNCH();
+        LSTM_CUDA_CHECK_LAUNCH(
+            kernels::cuda::launch_broadcast_bias<T>(rows, out, bias, y, impl.stream));
     }
     LSTM_CUBLAS_CHECK(gemm(impl.cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, T(1), weight, in,
                            x, in, bias != nullptr ? T(1) : T(0), y, out));
@@ -65,8 +65,7 @@ void dense_backward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64
 template <typename T>
 void fill_cuda(cuda::Context& context, int64_t count, T value, T* v) {
     const cuda::detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_fill<T>(count, value, v, context.impl().stream);
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_fill<T>(count, value, v, context.impl().stream));
 }
 
 #define LSTM_INSTANTIATE_DENSE_CUDA(T)                                                        \

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "lstm/buffer.hpp"
+#include "lstm/cuda/link.hpp"
 #include "lstm/error.hpp"
 #include "lstm/memory.hpp"
 #include "lstm/tensor.hpp"
@@ -24,19 +25,21 @@ namespace detail {
 // y (rows, out) = x (rows, in) W^T, plus bias (out) in every row when bias is non-null; W (out,
 // in); all device, row-major; y overwritten. Queued on the context's stream.
 template <typename T>
-void dense_forward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64_t out, const T* x,
-                        const T* weight, const T* bias, T* y);
+LSTM_CUDA_ENTRY void dense_forward_cuda(cuda::Context& context, int64_t rows, int64_t in,
+                                        int64_t out, const T* x, const T* weight, const T* bias,
+                                        T* y);
 
 // ADDS dweight (out, in) += dy^T x and, when dbias is non-null, dbias (out) += dy^T ones, with
 // ones (rows) a device vector of ones; dx (rows, in) = dy W overwritten when non-null. x (rows,
 // in), dy (rows, out), W (out, in); all device, row-major. Queued on the context's stream.
 template <typename T>
-void dense_backward_cuda(cuda::Context& context, int64_t rows, int64_t in, int64_t out, const T* x,
-                         const T* dy, const T* weight, T* dweight, T* dbias, const T* ones, T* dx);
+LSTM_CUDA_ENTRY void dense_backward_cuda(cuda::Context& context, int64_t rows, int64_t in,
+                                         int64_t out, const T* x, const T* dy, const T* weight,
+                                         T* dweight, T* dbias, const T* ones, T* dx);
 
 // v (count, device) overwritten with value, queued on the context's stream.
 template <typename T>
-void fill_cuda(cuda::Context& context, int64_t count, T value, T* v);
+LSTM_CUDA_ENTRY void fill_cuda(cuda::Context& context, int64_t count, T value, T* v);
 
 }  // namespace detail
 

@@ -10,35 +10,32 @@ template <typename T>
 void gather_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                            const int64_t* lengths, const T* y, T* out) {
     const cuda::detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_gather_last_step<T>(steps, batch, features, lengths, y, out,
-                                              context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_gather_last_step<T>(
+        steps, batch, features, lengths, y, out, context.stream()));
 }
 
 template <typename T>
 void scatter_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                             const int64_t* lengths, const T* dout, T* dy) {
     const cuda::detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_scatter_last_step<T>(steps, batch, features, lengths, dout, dy,
-                                               context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_scatter_last_step<T>(
+        steps, batch, features, lengths, dout, dy, context.stream()));
 }
 
 template <typename T>
 void mean_pool_steps_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                           const int64_t* lengths, const T* y, T* out) {
     const cuda::detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_mean_pool<T>(steps, batch, features, lengths, y, out, context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_mean_pool<T>(steps, batch, features, lengths, y,
+                                                              out, context.stream()));
 }
 
 template <typename T>
 void scatter_mean_pool_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
                             const int64_t* lengths, const T* dout, T* dy) {
     const cuda::detail::DeviceGuard on_device(context);
-    kernels::cuda::launch_scatter_mean_pool<T>(steps, batch, features, lengths, dout, dy,
-                                               context.stream());
-    LSTM_CUDA_CHECK_LAUNCH();
+    LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_scatter_mean_pool<T>(
+        steps, batch, features, lengths, dout, dy, context.stream()));
 }
 
 #define LSTM_INSTANTIATE_SEQUENCE_CUDA(T)                                              \

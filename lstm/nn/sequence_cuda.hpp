@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "lstm/cuda/link.hpp"
 namespace lstm::cuda {
 class Context;  // lstm/cuda/context.hpp
 }  // namespace lstm::cuda
@@ -20,19 +21,23 @@ namespace lstm::nn::detail {
 
 // out[n, :] = y[len_n - 1, n, :]; out overwritten.
 template <typename T>
-void gather_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
-                           const int64_t* lengths, const T* y, T* out);
+LSTM_CUDA_ENTRY void gather_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch,
+                                           int64_t features, const int64_t* lengths, const T* y,
+                                           T* out);
 // dy[len_n - 1, n, :] = dout[n, :], every other element of dy zero; dy overwritten.
 template <typename T>
-void scatter_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
-                            const int64_t* lengths, const T* dout, T* dy);
+LSTM_CUDA_ENTRY void scatter_last_step_cuda(cuda::Context& context, int64_t steps, int64_t batch,
+                                            int64_t features, const int64_t* lengths, const T* dout,
+                                            T* dy);
 // out[n, :] = mean of y[t, n, :] over t < len_n; out overwritten.
 template <typename T>
-void mean_pool_steps_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
-                          const int64_t* lengths, const T* y, T* out);
+LSTM_CUDA_ENTRY void mean_pool_steps_cuda(cuda::Context& context, int64_t steps, int64_t batch,
+                                          int64_t features, const int64_t* lengths, const T* y,
+                                          T* out);
 // dy[t, n, :] = dout[n, :] / len_n for t < len_n, zero after; dy overwritten.
 template <typename T>
-void scatter_mean_pool_cuda(cuda::Context& context, int64_t steps, int64_t batch, int64_t features,
-                            const int64_t* lengths, const T* dout, T* dy);
+LSTM_CUDA_ENTRY void scatter_mean_pool_cuda(cuda::Context& context, int64_t steps, int64_t batch,
+                                            int64_t features, const int64_t* lengths, const T* dout,
+                                            T* dy);
 
 }  // namespace lstm::nn::detail

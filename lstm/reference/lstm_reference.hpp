@@ -6,6 +6,9 @@
 // threads, and every sum still adds its terms in the serial order, so the result is the same
 // bits for any number of threads. Its own correctness is established by finite differences in
 // tests/reference_lstm_test.cpp. Conventions are PyTorch nn.LSTM's (docs/architecture.md).
+// What one hidden unit computes from its four pre-activations (and back) is a CellFunctions
+// (lstm/cell.hpp), PyTorch's cell unless the caller names another; tests/cell_test.cpp shows the
+// oracle follows a different one.
 
 #include <cmath>
 #include <cstddef>
@@ -13,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "lstm/cell.hpp"
 #include "lstm/config.hpp"
 #include "lstm/error.hpp"
 #include "lstm/params.hpp"
@@ -52,8 +56,6 @@ struct LstmInputGrads {
 };
 
 namespace detail {
-
-inline double sigmoid(double a) { return 1.0 / (1.0 + std::exp(-a)); }
 
 // Size checks compare against int64_t arithmetic, so the message shows the formula and its value.
 inline void check_count(const char* name, size_t got, const char* formula, int64_t want) {
@@ -100,9 +102,9 @@ inline int64_t time_of_step(int64_t direction, int64_t step, int64_t len) {
 // What one (layer, direction) cell computed, indexed by real time t (not by step), so backward can
 // look up any step's state. Padded positions stay zero and are never read.
 struct CellTrace {
-    std::vector<double> gates;  // (T, N, 4H) activated i, f, g, o
+    std::vector<double> gates;  // (T, N, 4H) activated i, f, g, o, as cell_fn.activate gives them
     std::vector<double> c;      // (T, N, H)
-    std::vector<double> h_raw;  // (T, N, H) o * tanh(c), before the projection
+    std::vector<double> h_raw;  // (T, N, H) cell_fn.hidden_state, before the projection
     std::vector<double> h;      // (T, N, S) the state: W_hr h_raw with a projection, else h_raw
 };
 
@@ -125,7 +127,7 @@ inline std::vector<double> initial_state(const std::vector<double>& state, int64
 
 // The forward pass, keeping every intermediate; lstm_forward and lstm_backward share it so the
 // gradient is that of exactly this computation.
-inline Trace forward_trace(const LstmInputs& in) {
+inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
     validate_inputs(in);
     const Config& cfg = in.config;
     const int64_t T = in.seq_len, N = in.batch, H = cfg.hidden_size, G = 4 * H;
@@ -168,19 +170,24 @@ inline Trace forward_trace(const LstmInputs& in) {
                     const int64_t t = time_of_step(dir, step, len);
                     const double* xt = &input[(t * N + n) * in_l];
                     double* gates = &ct.gates[(t * N + n) * G];
+                    // Pre-activations first, in gate blocks i, f, g, o; the cell then replaces
+                    // each unit's four with its activated gates.
                     for (int64_t k = 0; k < G; ++k) {
                         double a = b_ih != nullptr ? b_ih[k] + b_hh[k] : 0.0;
                         for (int64_t j = 0; j < in_l; ++j) a += w_ih[k * in_l + j] * xt[j];
                         for (int64_t j = 0; j < S; ++j) a += w_hh[k * S + j] * h[j];
-                        // Gate blocks are i, f, g, o; only g uses tanh.
-                        gates[k] = (k / H == 2) ? std::tanh(a) : sigmoid(a);
+                        gates[k] = a;
                     }
                     double* h_raw = &ct.h_raw[(t * N + n) * H];
                     for (int64_t j = 0; j < H; ++j) {
-                        const double i = gates[j], f = gates[H + j], g = gates[2 * H + j],
-                                     o = gates[3 * H + j];
-                        c[j] = f * c[j] + i * g;
-                        h_raw[j] = o * std::tanh(c[j]);
+                        const kernels::Gates<double> a = cell_fn.activate(
+                            gates[j], gates[H + j], gates[2 * H + j], gates[3 * H + j]);
+                        gates[j] = a.i;
+                        gates[H + j] = a.f;
+                        gates[2 * H + j] = a.g;
+                        gates[3 * H + j] = a.o;
+                        c[j] = cell_fn.cell_state(a, c[j]);
+                        h_raw[j] = cell_fn.hidden_state(a, c[j]);
                         ct.c[(t * N + n) * H + j] = c[j];
                     }
                     for (int64_t p = 0; p < S; ++p) {
@@ -209,14 +216,18 @@ inline Trace forward_trace(const LstmInputs& in) {
 
 // Forward pass: x (T, N, I), optional h0 (L*D, N, S) / c0 (L*D, N, H), params (param_count) ->
 // y (T, N, D*S) with exact zeros at padded positions, hn (L*D, N, S) / cn (L*D, N, H) at each
-// sequence's last valid step. S = config.state_size().
-inline LstmOutputs lstm_forward(const LstmInputs& in) { return detail::forward_trace(in).out; }
+// sequence's last valid step. S = config.state_size(). `cell_fn` is each unit's math.
+inline LstmOutputs lstm_forward(const LstmInputs& in,
+                                const CellFunctions& cell_fn = pytorch_cell()) {
+    return detail::forward_trace(in, cell_fn).out;
+}
 
 // Full backpropagation through time of lstm_forward(in): dy (T, N, D*S), optional dhn
 // (L*D, N, S) / dcn (L*D, N, H) -> dx (T, N, I), dh0 (L*D, N, S), dc0 (L*D, N, H), dparams
-// (param_count, starting from zero).
-inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads& grads) {
-    const detail::Trace tr = detail::forward_trace(in);  // also validates `in`
+// (param_count, starting from zero). `cell_fn` is each unit's math.
+inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads& grads,
+                                    const CellFunctions& cell_fn = pytorch_cell()) {
+    const detail::Trace tr = detail::forward_trace(in, cell_fn);  // also validates `in`
     const Config& cfg = in.config;
     const int64_t T = in.seq_len, N = in.batch, H = cfg.hidden_size, G = 4 * H;
     const int64_t S = cfg.state_size(), P = cfg.proj_size;
@@ -298,15 +309,15 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
                         for (int64_t j = 0; j < H; ++j) dh_raw[j] = dh_total[j];
                     }
                     for (int64_t j = 0; j < H; ++j) {
-                        const double i = gates[j], f = gates[H + j], g = gates[2 * H + j],
-                                     o = gates[3 * H + j];
-                        const double tanh_c = std::tanh(ct.c[(t * N + n) * H + j]);
-                        const double dc_total = dc[j] + dh_raw[j] * o * (1.0 - tanh_c * tanh_c);
-                        da[j] = dc_total * g * i * (1.0 - i);
-                        da[H + j] = dc_total * c_prev[j] * f * (1.0 - f);
-                        da[2 * H + j] = dc_total * i * (1.0 - g * g);
-                        da[3 * H + j] = dh_raw[j] * tanh_c * o * (1.0 - o);
-                        dc[j] = dc_total * f;  // becomes the gradient w.r.t. c_prev
+                        const kernels::Gates<double> a{gates[j], gates[H + j], gates[2 * H + j],
+                                                       gates[3 * H + j]};
+                        const kernels::CellGrads<double> d = cell_fn.cell_backward(
+                            a, c_prev[j], ct.c[(t * N + n) * H + j], dh_raw[j], dc[j]);
+                        da[j] = d.di;
+                        da[H + j] = d.df;
+                        da[2 * H + j] = d.dg;
+                        da[3 * H + j] = d.d_o;
+                        dc[j] = d.dc_prev;  // the gradient reaching c at the step before
                     }
                     for (int64_t j = 0; j < S; ++j) dh_prev[j] = 0.0;
                     for (int64_t k = 0; k < G; ++k) {

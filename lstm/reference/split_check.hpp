@@ -15,16 +15,19 @@ namespace lstm::reference {
 
 // check_variant() for both backward forms: the one call (BackwardPart::all) and, when the
 // variant supports the split, data then weights; the reference runs once for both. Returns the
-// first disagreement, prefixed with the form, or std::nullopt.
+// first disagreement, prefixed with the form, or std::nullopt. `path`: one of variant.paths(),
+// empty for the default.
 template <typename T>
-std::optional<std::string> check_variant_with_split(const Variant& variant, const LstmCase& c) {
-    const LstmOutputs want = lstm_forward(c.in);
-    const LstmInputGrads want_grads = lstm_backward(c.in, c.out_grads);
-    const VariantResult whole = run_variant_parts<T>(variant, c, {BackwardPart::all});
+std::optional<std::string> check_variant_with_split(const Variant& variant, const LstmCase& c,
+                                                    const std::string& path = {}) {
+    const LstmOutputs want = lstm_forward(c.in, variant.cell());
+    const LstmInputGrads want_grads = lstm_backward(c.in, c.out_grads, variant.cell());
+    const VariantResult whole =
+        run_variant_parts<T>(variant, c, {BackwardPart::all}, {}, false, path);
     if (auto why = check_result<T>(whole, c, want, want_grads, "")) return why;
     if (variant.supports_split_backward()) return std::nullopt;
-    const VariantResult split =
-        run_variant_parts<T>(variant, c, {BackwardPart::data, BackwardPart::weights});
+    const VariantResult split = run_variant_parts<T>(
+        variant, c, {BackwardPart::data, BackwardPart::weights}, {}, false, path);
     return check_result<T>(split, c, want, want_grads, "backward as data + weights: ");
 }
 

@@ -1,16 +1,19 @@
 #pragma once
 
-// Runs any registered variant on a problem given in double and returns everything in double, so
-// the tests, the bench's pre-check and users compare a variant with the reference element by
-// element (lstm/reference/tolerance.hpp has the rule).
+// Runs any registered variant on a problem given in double, in the variant's memory space
+// (lstm::LstmProblem, lstm/problem.hpp), and returns everything in double, so the tests, the
+// bench's pre-check and users compare a variant with the reference element by element
+// (lstm/reference/tolerance.hpp has the rule).
 
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "lstm/detail/aligned_buffer.hpp"
+#include "lstm/device_context.hpp"
+#include "lstm/problem.hpp"
 #include "lstm/reference/lstm_reference.hpp"
 #include "lstm/reference/tolerance.hpp"
 #include "lstm/variant.hpp"
@@ -23,135 +26,136 @@ struct LstmCase {
     LstmOutputGrads out_grads;
 };
 
-namespace detail {
-
-template <typename To, typename From>
-std::vector<To> cast_all(const std::vector<From>& in) {
-    return std::vector<To>(in.begin(), in.end());
-}
-
-}  // namespace detail
-
 // A variant's results in double. dparams is what backward added on top of `dparams_before`.
 struct VariantResult {
     std::vector<double> y, hn, cn, dx, dh0, dc0, dparams;
 };
 
-// Where a run's scratch lives (sized by the code under test; host memory for run_case_parts).
-struct RunBuffers {
-    void* workspace = nullptr;
-    size_t workspace_size = 0;
-    void* reserve = nullptr;
-    size_t reserve_size = 0;
-};
+// Where a run's scratch lives (lstm/problem.hpp).
+using RunBuffers = ScratchBuffers;
 
-// Runs anything with the variant call signature on `c` in precision T: forward(ForwardArgs<T>)
+// Copies c's inputs (x, lengths, params; h0 and c0 left out where c leaves them out) and output
+// gradients (dy; dhn, dcn likewise) into `p`, rounded to T, and gives y, hn, cn, dx, dh0, dc0 and
+// dparams, the outputs starting as NaN so that a call that should write an element and does not
+// shows up in any comparison. Host or device alike.
+template <typename T>
+void load_case(LstmProblem<T>& p, const LstmCase& c) {
+    using P = ProblemTensor;
+    p.lengths = c.in.lengths;
+    p.set(P::x, c.in.x);
+    p.set(P::h0, c.in.h0);
+    p.set(P::c0, c.in.c0);
+    p.set(P::params, c.in.params);
+    p.set(P::dy, c.out_grads.dy);
+    p.set(P::dhn, c.out_grads.dhn);
+    p.set(P::dcn, c.out_grads.dcn);
+    for (P out : {P::y, P::hn, P::cn, P::dx, P::dh0, P::dc0})
+        p.fill(out, std::numeric_limits<T>::quiet_NaN());
+    p.allocate(P::dparams);
+}
+
+// Runs anything with the variant call signature on `p`, in its memory space: forward(ForwardArgs)
 // (a training forward; inference when `parts` is empty, then only y, hn, cn come back), then
-// backward(BackwardArgs<T>) once per entry of `parts`, all with the same arguments and reserve.
-// dparams starts as `dparams_before` (or zeros); a data call gets an empty dparams view unless
-// `data_sees_dparams` (the interface allows both; the data part must not touch it either way).
-// Every output starts as NaN, so a call that should write an element and does not shows up in
-// any comparison. Used for registered variants (run_variant_parts) and for the CUDA loop run on
-// a host backend in the CPU tests.
+// backward(BackwardArgs) once per entry of `parts`, all with the same arguments and reserve.
+// dparams is overwritten first by `dparams_before` (host, P) or zeros; a data call gets an empty
+// dparams view unless `data_sees_dparams` (the interface allows both; the data part must not
+// touch it either way). Returns what the calls wrote, read back in double.
+template <typename T, typename Forward, typename Backward>
+VariantResult run_problem(LstmProblem<T>& p, const std::vector<BackwardPart>& parts,
+                          Forward&& forward, Backward&& backward,
+                          const std::vector<double>& dparams_before = {},
+                          bool data_sees_dparams = false) {
+    using P = ProblemTensor;
+    const bool training = !parts.empty();
+    if (training) {
+        if (dparams_before.empty())
+            p.fill(P::dparams, T(0));
+        else
+            p.set(P::dparams, dparams_before);
+    }
+    forward(p.forward_args(training));
+    VariantResult r;
+    r.y = p.template get<double>(P::y);
+    r.hn = p.template get<double>(P::hn);
+    r.cn = p.template get<double>(P::cn);
+    if (!training) return r;
+
+    for (BackwardPart part : parts) {
+        BackwardArgs<T> b = p.backward_args(part);
+        if (part == BackwardPart::data && !data_sees_dparams) b.dparams = TensorView<T>();
+        backward(b);
+    }
+    r.dx = p.template get<double>(P::dx);
+    r.dh0 = p.template get<double>(P::dh0);
+    r.dc0 = p.template get<double>(P::dc0);
+    r.dparams = p.template get<double>(P::dparams);
+    return r;
+}
+
+// run_problem() with `variant`'s forward and backward (its default path).
+template <typename T>
+VariantResult run_variant_on(const Variant& variant, LstmProblem<T>& p,
+                             const std::vector<BackwardPart>& parts,
+                             const std::vector<double>& dparams_before = {},
+                             bool data_sees_dparams = false) {
+    return run_problem<T>(
+        p, parts, [&](const ForwardArgs<T>& f) { variant.forward(p.config(), f); },
+        [&](const BackwardArgs<T>& b) { variant.backward(p.config(), b); }, dparams_before,
+        data_sees_dparams);
+}
+
+// run_problem() with `plan`'s forward and backward.
+template <typename T>
+VariantResult run_plan_on(const Plan& plan, LstmProblem<T>& p,
+                          const std::vector<BackwardPart>& parts,
+                          const std::vector<double>& dparams_before = {},
+                          bool data_sees_dparams = false) {
+    return run_problem<T>(
+        p, parts, [&](const ForwardArgs<T>& f) { plan.forward(f); },
+        [&](const BackwardArgs<T>& b) { plan.backward(b); }, dparams_before, data_sees_dparams);
+}
+
+// run_problem() on c (load_case) in host memory with the caller's scratch: used for the CUDA loop
+// run on a host backend in the CPU tests, and for scratch at chosen addresses.
 template <typename T, typename Forward, typename Backward>
 VariantResult run_case_parts(const LstmCase& c, const RunBuffers& buffers,
                              const std::vector<BackwardPart>& parts, Forward&& forward,
                              Backward&& backward, const std::vector<double>& dparams_before = {},
                              bool data_sees_dparams = false) {
-    const Config& cfg = c.in.config;
-    const int64_t seq_len = c.in.seq_len, batch = c.in.batch;
-    const int64_t cells = cfg.num_cells(), hidden = cfg.hidden_size, hsize = cfg.state_size();
-    auto x = detail::cast_all<T>(c.in.x);
-    auto params = detail::cast_all<T>(c.in.params);
-    auto h0 = detail::cast_all<T>(c.in.h0), c0 = detail::cast_all<T>(c.in.c0);
-    auto dy = detail::cast_all<T>(c.out_grads.dy);
-    auto dhn = detail::cast_all<T>(c.out_grads.dhn), dcn = detail::cast_all<T>(c.out_grads.dcn);
-    const T nan = std::numeric_limits<T>::quiet_NaN();
-    const size_t h_state = static_cast<size_t>(cells * batch * hsize);
-    const size_t c_state = static_cast<size_t>(cells * batch * hidden);
-    std::vector<T> y(static_cast<size_t>(seq_len * batch * cfg.output_size()), nan),
-        hn(h_state, nan), cn(c_state, nan), dx(x.size(), nan), dh0(h_state, nan), dc0(c_state, nan);
-    std::vector<T> dparams = dparams_before.empty() ? std::vector<T>(params.size(), T(0))
-                                                    : detail::cast_all<T>(dparams_before);
-    const bool training = !parts.empty();
-
-    // h-like states are (L*D, N, S), c-like ones (L*D, N, H).
-    auto h_view = [&](std::vector<T>& v) {
-        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hsize});
-    };
-    auto c_view = [&](std::vector<T>& v) {
-        return v.empty() ? TensorView<T>() : TensorView<T>(v.data(), {cells, batch, hidden});
-    };
-    ForwardArgs<T> f;
-    f.x = TensorView<const T>(x.data(), {seq_len, batch, cfg.input_size});
-    f.lengths = Span<const int64_t>(c.in.lengths.data(), int64_t(c.in.lengths.size()));
-    f.h0 = h_view(h0);
-    f.c0 = c_view(c0);
-    f.params = TensorView<const T>(params.data(), {int64_t(params.size())});
-    f.y = TensorView<T>(y.data(), {seq_len, batch, cfg.output_size()});
-    f.hn = h_view(hn);
-    f.cn = c_view(cn);
-    f.workspace = buffers.workspace;
-    f.workspace_size = buffers.workspace_size;
-    f.reserve = training ? buffers.reserve : nullptr;
-    f.reserve_size = training ? buffers.reserve_size : 0;
-    forward(f);
-
-    VariantResult r;
-    r.y = detail::cast_all<double>(y);
-    r.hn = detail::cast_all<double>(hn);
-    r.cn = detail::cast_all<double>(cn);
-    if (!training) return r;
-
-    // Only reached for training, where f carries the whole reserve.
-    BackwardArgs<T> b = backward_args_from(f);
-    b.dy = TensorView<const T>(dy.data(), {seq_len, batch, cfg.output_size()});
-    b.dhn = h_view(dhn);
-    b.dcn = c_view(dcn);
-    b.dx = TensorView<T>(dx.data(), {seq_len, batch, cfg.input_size});
-    b.dh0 = h_view(dh0);
-    b.dc0 = c_view(dc0);
-    for (BackwardPart part : parts) {
-        b.part = part;
-        const bool with_dparams = part != BackwardPart::data || data_sees_dparams;
-        b.dparams = with_dparams ? TensorView<T>(dparams.data(), {int64_t(dparams.size())})
-                                 : TensorView<T>();
-        backward(b);
-    }
-    r.dx = detail::cast_all<double>(dx);
-    r.dh0 = detail::cast_all<double>(dh0);
-    r.dc0 = detail::cast_all<double>(dc0);
-    r.dparams = detail::cast_all<double>(dparams);
-    return r;
+    LstmProblem<T> p(c.in.config, c.in.seq_len, c.in.batch);
+    load_case(p, c);
+    p.use_scratch(buffers);
+    return run_problem<T>(p, parts, std::forward<Forward>(forward),
+                          std::forward<Backward>(backward), dparams_before, data_sees_dparams);
 }
 
 // Training forward of `variant` in precision T on `c`, then one backward call per entry of
-// `parts` (see run_case_parts), with a workspace and reserve of the sizes the variant asks for.
+// `parts` (see run_problem), in the variant's own memory space (a cuda variant runs on device
+// buffers, on a context of its own) with a workspace and reserve of the sizes it asks for.
+// `path` is one of variant.paths(); empty: the variant's default.
 template <typename T>
 VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
                                 const std::vector<BackwardPart>& parts,
                                 const std::vector<double>& dparams_before = {},
-                                bool data_sees_dparams = false) {
-    const Config& cfg = c.in.config;
-    const DType dtype = dtype_of<T>();
-    lstm::detail::AlignedBuffer workspace, reserve;
-    RunBuffers buffers;
-    buffers.workspace_size = variant.workspace_bytes(cfg, dtype, c.in.seq_len, c.in.batch);
-    buffers.reserve_size = variant.reserve_bytes(cfg, dtype, c.in.seq_len, c.in.batch);
-    buffers.workspace = workspace.reserve(buffers.workspace_size);
-    buffers.reserve = reserve.reserve(buffers.reserve_size);
-    return run_case_parts<T>(
-        c, buffers, parts, [&](const ForwardArgs<T>& f) { variant.forward(cfg, f); },
-        [&](const BackwardArgs<T>& b) { variant.backward(cfg, b); }, dparams_before,
-        data_sees_dparams);
+                                bool data_sees_dparams = false, const std::string& path = {}) {
+    const DeviceContext context(variant.device());
+    LstmProblem<T> p(c.in.config, c.in.seq_len, c.in.batch, variant.device(), context.get());
+    // Made first, so that a malformed config, T or N is refused by the variant's own checks.
+    const std::unique_ptr<Plan> plan = variant.make_plan(
+        PlanRequest{c.in.config, dtype_of<T>(), c.in.seq_len, c.in.batch, path, context.get()});
+    p.allocate_scratch(*plan);
+    load_case(p, c);
+    return run_plan_on(*plan, p, parts, dparams_before, data_sees_dparams);
 }
 
-// Runs training forward then one whole backward (BackwardPart::all) of `variant` in precision T.
-// dparams starts as `dparams_before` (to observe accumulation) or zeros.
+// Runs training forward then one whole backward (BackwardPart::all) of `variant` in precision T
+// on `path` (empty: the default). dparams starts as `dparams_before` (to observe accumulation) or
+// zeros.
 template <typename T>
 VariantResult run_variant(const Variant& variant, const LstmCase& c,
-                          const std::vector<double>& dparams_before = {}) {
-    return run_variant_parts<T>(variant, c, {BackwardPart::all}, dparams_before);
+                          const std::vector<double>& dparams_before = {},
+                          const std::string& path = {}) {
+    return run_variant_parts<T>(variant, c, {BackwardPart::all}, dparams_before, false, path);
 }
 
 // Compares `got` with the reference under lstm_rtol(); `label` prefixes the verdict. Returns why
@@ -181,9 +185,11 @@ std::optional<std::string> check_result(const VariantResult& got, const LstmCase
 // dx, dh0, dc0 and dparams with the reference under lstm_rtol(). Returns why it disagrees (the
 // worst element) or std::nullopt.
 template <typename T>
-std::optional<std::string> check_variant(const Variant& variant, const LstmCase& c) {
-    return check_result<T>(run_variant<T>(variant, c), c, lstm_forward(c.in),
-                           lstm_backward(c.in, c.out_grads), "");
+std::optional<std::string> check_variant(const Variant& variant, const LstmCase& c,
+                                         const std::string& path = {}) {
+    return check_result<T>(run_variant<T>(variant, c, {}, path), c,
+                           lstm_forward(c.in, variant.cell()),
+                           lstm_backward(c.in, c.out_grads, variant.cell()), "");
 }
 
 }  // namespace lstm::reference

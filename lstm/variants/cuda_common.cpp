@@ -167,9 +167,8 @@ public:
     // Queues op(i), i < count, on the lane's stream; op's pointers are device memory.
     template <typename Op>
     void run(int lane, const Op& op, int64_t count) {
-        const int status = kernels::cuda::launch(op, count, streams_[lane]);
-        detail::check_cuda(static_cast<cudaError_t>(status),
-                           "launch of an LSTM element-wise kernel", __FILE__, __LINE__);
+        detail::check_launch(kernels::cuda::launch(op, count, streams_[lane]),
+                             "launch of an LSTM element-wise kernel", __FILE__, __LINE__);
     }
 
     // Later work of `lane` waits for what `on_lane` has queued so far (an event; under capture it

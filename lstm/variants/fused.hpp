@@ -29,10 +29,10 @@
 //    AVX2-only one (AMD Zen 3) runs.
 //  - eigen: the portable path, Eigen GEMMs (kernels/cpu/gemm.hpp) plus the scalar passes of
 //    kernels/cpu/fused_cell.hpp built on kernels/common/gates.hpp.
-// Which one runs: set_fused_isa() if called, else the environment variable LSTM_FUSED_ISA
-// (auto, avx512, avx2, neon, eigen; read per call), else auto: the first SIMD path of
-// kSimdFusedIsas this CPU runs (avx512, avx2, neon), else eigen. All write the same reserve
-// layout, so a forward on one and a backward on another agree.
+// These are the variant's paths (Variant::paths): a plan takes the one its request names, else
+// default_fused_isa() picks it when the plan is made (LSTM_FUSED_ISA, else the widest SIMD path
+// this CPU runs, else eigen). All write the same reserve layout, so a forward on one and a
+// backward on another agree.
 //
 // Denormals: the team runs with flush-to-zero / denormals-are-zero (kernels/cpu/cpu_features.hpp,
 // restored when the call returns), so values below the smallest normal float read and come out
@@ -65,7 +65,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -85,11 +84,6 @@
 namespace lstm::cpu {
 
 namespace fused_detail {
-
-inline std::atomic<int>& isa_override() {
-    static std::atomic<int> value{static_cast<int>(FusedIsa::automatic)};
-    return value;
-}
 
 // The avx2 path needs the instructions (AVX2, FMA) and Highway's AVX2 target in lstm_cpu, whose
 // check also covers the BMI2 and F16C that target is compiled with.
@@ -181,20 +175,12 @@ inline bool fused_isa_available(FusedIsa isa) {
     return false;
 }
 
-// Forces the fused variant's float path (automatic: the environment, then the CPU decide).
-// Throws when a SIMD path is asked for on a CPU or build without it. Affects calls that start
-// after it returns; safe to call from any thread.
-inline void set_fused_isa(FusedIsa isa) {
-    check(fused_isa_available(isa), "set_fused_isa(", fused_isa_name(isa),
-          "): this CPU (or build) has no ", fused_isa_needs(isa), kernels::cpu::isa_cap_note(),
-          "; use eigen or automatic");
-    fused_detail::isa_override().store(static_cast<int>(isa));
-}
-
-// The instruction set the next float call of the fused variant uses: a SIMD path or eigen.
-inline FusedIsa fused_isa() {
-    FusedIsa isa = static_cast<FusedIsa>(fused_detail::isa_override().load());
-    if (isa == FusedIsa::automatic) isa = kernels::cpu::fused_isa_from_environment();
+// The float path a fused plan takes when its request names none: LSTM_FUSED_ISA (auto, avx512,
+// avx2, neon, eigen; read at each plan request), else the first SIMD path of kSimdFusedIsas this
+// CPU runs, else eigen. Throws lstm::Unsupported for a path the environment names and this CPU
+// (or build) cannot run.
+inline FusedIsa default_fused_isa() {
+    const FusedIsa isa = kernels::cpu::fused_isa_from_environment();
     if (!fused_isa_available(isa))
         fail_as<Unsupported>("LSTM_FUSED_ISA = ", fused_isa_name(isa),
                              ", but this CPU (or build) has no ", fused_isa_needs(isa),
@@ -202,6 +188,14 @@ inline FusedIsa fused_isa() {
     if (isa != FusedIsa::automatic) return isa;
     for (FusedIsa simd : kSimdFusedIsas)
         if (fused_isa_available(simd)) return simd;
+    return FusedIsa::eigen;
+}
+
+// The float path named `path` (a name of fused_isa_name; "automatic" is not a path).
+inline FusedIsa fused_isa_named(const std::string& path) {
+    for (FusedIsa isa : kSimdFusedIsas)
+        if (path == fused_isa_name(isa)) return isa;
+    check(path == fused_isa_name(FusedIsa::eigen), "fused has no path '", path, "'");
     return FusedIsa::eigen;
 }
 
@@ -1045,6 +1039,61 @@ private:
 
 }  // namespace fused_detail
 
+// The plan of `fused`: the path (kernel set) chosen when it was made, the sizes of the carving
+// above, and the time loop on that kernel set.
+class FusedPlan final : public Plan {
+public:
+    FusedPlan(const Variant& variant, const PlanRequest& r)
+        : Plan(variant, r, workspace_size(r), reserve_size(r)), isa_(fused_isa_named(r.path)) {}
+
+protected:
+    void run_forward(const ForwardArgs<float>& a) const override {
+        with_loop(a.x, [&](auto&& time_loop) { time_loop.forward(a); });
+    }
+    void run_forward(const ForwardArgs<double>& a) const override {
+        loop<double, kernels::cpu::PortableFusedKernels<double>>(a.x).forward(a);
+    }
+    void run_backward(const BackwardArgs<float>& a) const override {
+        with_loop(a.x, [&](auto&& time_loop) { time_loop.backward(a); });
+    }
+    void run_backward(const BackwardArgs<double>& a) const override {
+        loop<double, kernels::cpu::PortableFusedKernels<double>>(a.x).backward(a);
+    }
+
+private:
+    static size_t workspace_size(const PlanRequest& r) {
+        return detail::carved_bytes_from_boundary(r.dtype, [&](detail::Carver& carve, auto e) {
+            fused_detail::carve_workspace<decltype(e)>(carve, r.config, r.seq_len, r.batch);
+        });
+    }
+    static size_t reserve_size(const PlanRequest& r) {
+        return detail::carved_bytes_from_boundary(r.dtype, [&](detail::Carver& carve, auto e) {
+            fused_detail::carve_reserve<decltype(e)>(carve, r.config, r.seq_len, r.batch);
+        });
+    }
+    // x (T, N, I), host.
+    template <typename T, typename K>
+    fused_detail::FusedLoop<T, K> loop(const TensorView<const T>& x) const {
+        return fused_detail::FusedLoop<T, K>(config(), x.size(0), x.size(1));
+    }
+    // Calls run(loop) with the fp32 time loop on the plan's kernel set; x (T, N, I), host.
+    template <typename Run>
+    void with_loop(const TensorView<const float>& x, Run&& run) const {
+        switch (isa_) {
+            case FusedIsa::avx512:
+                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::avx512>>(x));
+            case FusedIsa::avx2:
+                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::avx2>>(x));
+            case FusedIsa::neon:
+                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::neon>>(x));
+            default:
+                return run(loop<float, kernels::cpu::PortableFusedKernels<float>>(x));
+        }
+    }
+
+    FusedIsa isa_;
+};
+
 class FusedVariant final : public Variant {
 public:
     const char* name() const override { return "fused"; }
@@ -1056,53 +1105,38 @@ public:
     // Backward splits at the seam it always had (time loop, then weight GEMMs over all steps).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
+    // float: the SIMD paths this CPU (and build) runs, widest first, then eigen; double: eigen.
+    std::vector<std::string> paths(DType dtype) const override {
+        std::vector<std::string> out;
+        if (dtype == DType::f32)
+            for (FusedIsa isa : kSimdFusedIsas)
+                if (fused_isa_available(isa)) out.emplace_back(fused_isa_name(isa));
+        out.emplace_back(fused_isa_name(FusedIsa::eigen));
+        return out;
+    }
+    std::string default_path(DType dtype) const override {
+        return fused_isa_name(dtype == DType::f32 ? default_fused_isa() : FusedIsa::eigen);
+    }
+    std::string why_no_path(const std::string& path) const override {
+        for (FusedIsa isa : kSimdFusedIsas)
+            if (path == fused_isa_name(isa))
+                return std::string("this CPU (or build) has no ") + fused_isa_needs(isa) +
+                       kernels::cpu::isa_cap_note();
+        return "";
+    }
+    std::string describe_path(const std::string& path) const override {
+        const FusedIsa isa = fused_isa_named(path);
+        if (isa == FusedIsa::eigen)
+            return "eigen kernels (Eigen compiled for " +
+                   std::string(kernels::cpu::gemm_instruction_sets()) + ")";
+        // The Highway kernel set, held to one target whatever simd_target says.
+        return path + " kernels (Highway, " +
+               kernels::cpu::simd_fused_target_name(fused_isa_target(isa)) + " target)";
+    }
+
 protected:
-    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                               int64_t batch) const override {
-        return detail::carved_bytes_from_boundary(dtype, [&](detail::Carver& carve, auto element) {
-            fused_detail::carve_workspace<decltype(element)>(carve, config, seq_len, batch);
-        });
-    }
-
-    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                             int64_t batch) const override {
-        return detail::carved_bytes_from_boundary(dtype, [&](detail::Carver& carve, auto element) {
-            fused_detail::carve_reserve<decltype(element)>(carve, config, seq_len, batch);
-        });
-    }
-
-    void run_forward(const Config& c, const ForwardArgs<float>& a) const override {
-        with_fastest_loop(c, a.x, [&](auto&& time_loop) { time_loop.forward(a); });
-    }
-    void run_forward(const Config& c, const ForwardArgs<double>& a) const override {
-        loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).forward(a);
-    }
-    void run_backward(const Config& c, const BackwardArgs<float>& a) const override {
-        with_fastest_loop(c, a.x, [&](auto&& time_loop) { time_loop.backward(a); });
-    }
-    void run_backward(const Config& c, const BackwardArgs<double>& a) const override {
-        loop<double, kernels::cpu::PortableFusedKernels<double>>(c, a.x).backward(a);
-    }
-
-private:
-    template <typename T, typename K>
-    static fused_detail::FusedLoop<T, K> loop(const Config& config, const TensorView<const T>& x) {
-        return fused_detail::FusedLoop<T, K>(config, x.size(0), x.size(1));
-    }
-    // Calls run(loop) with the fp32 time loop on the kernel set fused_isa() picks for this CPU
-    // (fp64 has only the portable one); x (T, N, I), host.
-    template <typename Run>
-    static void with_fastest_loop(const Config& c, const TensorView<const float>& x, Run&& run) {
-        switch (fused_isa()) {
-            case FusedIsa::avx512:
-                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::avx512>>(c, x));
-            case FusedIsa::avx2:
-                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::avx2>>(c, x));
-            case FusedIsa::neon:
-                return run(loop<float, fused_detail::HeldSimdKernels<FusedIsa::neon>>(c, x));
-            default:
-                return run(loop<float, kernels::cpu::PortableFusedKernels<float>>(c, x));
-        }
+    std::unique_ptr<Plan> build_plan(const PlanRequest& request) const override {
+        return std::make_unique<FusedPlan>(*this, request);
     }
 };
 

@@ -44,17 +44,16 @@
 // one unidirectional layer, 169 MiB of workspace (159 MiB of it oneDNN's scratchpad) and
 // 150 MiB of reserve, where `basic` needs 20 and 47 MiB.
 //
-// Caching and allocation: primitive descriptors, primitives and the memory objects that carry
-// their arguments are built once per (config, T, N) and kept in the variant object (the 16 most
-// recently used, guarded by a mutex); workspace_bytes() and reserve_bytes() build the
-// descriptors, since the sizes are theirs to tell, and the first forward / backward of a shape
-// builds its primitives (oneDNN JIT-compiles kernels then). Steady-state calls only re-point
+// Plans and allocation: primitive descriptors, primitives and the memory objects that carry
+// their arguments are built once per (config, T, N, OpenMP thread count) in an OnednnPlan
+// (lstm::Plan), which a PlanCache keeps (lstm/plan_cache.hpp: the layer's, or the default one of
+// direct Variant calls); the sizes are the descriptors' to tell, so sizing makes the plan, and
+// oneDNN JIT-compiles its kernels then. Steady-state calls only re-point
 // data handles and call oneDNN's C execute with a prebuilt argument array; what still
 // allocates lies inside oneDNN's execution, in libdnnl: with oneDNN 2.6 a forward's and a
 // backward's malloc count grows by about 4 per time step, which no caller of oneDNN can change
-// (so tests/allocation_test.cpp leaves this variant out). Calls on the same (config, T, N)
-// through one variant object run one at a time, because they share those memory objects; calls
-// on different shapes run concurrently.
+// (so tests/allocation_test.cpp leaves this variant out). Calls on one plan run one at a time,
+// because they share those memory objects; calls on different plans run concurrently.
 // Threads: oneDNN's own OpenMP parallelism (Debian builds it with the OpenMP runtime). oneDNN
 // splits a primitive's work for the thread count it was built under and computes wrong numbers
 // when a call's parallel region gets another (measured with oneDNN 2.6: y off by 10-20x under
@@ -88,10 +87,6 @@ namespace onednn_detail {
 using Dims = dnnl::memory::dims;
 using Tag = dnnl::memory::format_tag;
 constexpr auto kF32 = dnnl::memory::data_type::f32;
-
-// Most (config, T, N) plans one variant object keeps. A training loop uses one or two shapes;
-// a bucketed speech loader a handful. The least recently used plan goes first.
-constexpr size_t kMaxPlans = 16;
 
 // Layers [first_layer, first_layer + num_layers) run as one oneDNN primitive; every one of them
 // reads inputs in_width wide.
@@ -650,56 +645,22 @@ public:
             "BackwardPart::data / weights");
     }
 
+    std::string describe_path(const std::string&) const override {
+        return std::string("oneDNN JIT up to ") + lstm_onednn_cpu_isa();
+    }
+
+    // oneDNN's primitives follow the thread count they were built for (see the top of this
+    // file), so a cache keeps one plan per count.
+    int64_t plan_tag(const PlanRequest&) const override {
+        return std::min(omp_get_max_threads(), omp_get_thread_limit());
+    }
+
 protected:
-    // The largest of what a training forward, an inference forward and a backward need: our
-    // converted weights, states and oneDNN's scratchpad. Builds (and caches) the plan.
-    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                               int64_t batch) const override {
-        using namespace onednn_detail;
-        if (dtype != DType::f32) return 0;
-        const FullTeam team;
-        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch, team);
-        size_t most = 0;
-        for (Pass pass : {Pass::training, Pass::inference, Pass::backward}) {
-            detail::Carver carve(nullptr);
-            carve_workspace(carve, *plan, pass);
-            most = std::max(most, carve.bytes());
-        }
-        return most;
-    }
-
-    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                             int64_t batch) const override {
-        using namespace onednn_detail;
-        if (dtype != DType::f32) return 0;
-        const FullTeam team;
-        const std::shared_ptr<Plan> plan = plan_for(config, seq_len, batch, team);
-        detail::Carver carve(nullptr);
-        carve_reserve(carve, *plan);
-        return carve.bytes();
-    }
-
-    // The float64 hooks stay the base's: supports() refuses float64 before they could run.
-    using Variant::run_backward;
-    using Variant::run_forward;
-
-    void run_forward(const Config& config, const ForwardArgs<float>& args) const override {
-        using namespace onednn_detail;
-        const FullTeam team;
-        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1), team);
-        std::lock_guard<std::mutex> lock(plan->mutex);
-        onednn_call(config, "in the LSTM forward", [&] { forward_pass(*plan, args); });
-    }
-
-    void run_backward(const Config& config, const BackwardArgs<float>& args) const override {
-        using namespace onednn_detail;
-        const FullTeam team;
-        const std::shared_ptr<Plan> plan = plan_for(config, args.x.size(0), args.x.size(1), team);
-        std::lock_guard<std::mutex> lock(plan->mutex);
-        onednn_call(config, "in the LSTM backward", [&] { backward_pass(*plan, args); });
-    }
+    std::unique_ptr<lstm::Plan> build_plan(const PlanRequest& request) const override;
 
 private:
+    friend class OnednnPlan;
+
     // Runs a prebuilt reorder from `from` to `to` (host buffers in its source and destination
     // layouts).
     static void reorder(onednn_detail::Plan& plan, onednn_detail::Bound& r, const void* from,
@@ -879,44 +840,83 @@ private:
         }
     }
 
-    // The cached plan of (config, T, N) under the team's thread count, built on first request
-    // (the caller holds `team` until its oneDNN calls return). Moves it to the front of the
-    // most-recently-used list and drops the oldest beyond kMaxPlans; a dropped plan lives on
-    // until the calls holding it return.
-    std::shared_ptr<onednn_detail::Plan> plan_for(const Config& config, int64_t seq_len,
-                                                  int64_t batch,
-                                                  const onednn_detail::FullTeam& team) const {
+    // The primitives of `request` under the calling thread's team. Allocates: plan time only.
+    static std::unique_ptr<onednn_detail::Plan> make_primitives(const PlanRequest& request) {
         using namespace onednn_detail;
-        std::lock_guard<std::mutex> lock(cache_mutex_);
-        for (size_t k = 0; k < plans_.size(); ++k) {
-            const Plan& p = *plans_[k];
-            if (p.config == config && p.seq_len == seq_len && p.batch == batch &&
-                p.threads == team.threads()) {
-                std::rotate(plans_.begin(), plans_.begin() + k, plans_.begin() + k + 1);
-                return plans_.front();
-            }
-        }
-        config.validate();
-        auto plan = std::make_shared<Plan>();
+        const FullTeam team;
+        auto plan = std::make_unique<onednn_detail::Plan>();
+        const Config& config = request.config;
         plan->config = config;
-        plan->seq_len = seq_len;
-        plan->batch = batch;
+        plan->seq_len = request.seq_len;
+        plan->batch = request.batch;
         plan->threads = team.threads();
         onednn_call(config, "creating the LSTM primitive descriptors", [&] {
-            if (!engine_) engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
-            plan->engine = engine_;
+            plan->engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
             for (const Group& group : make_groups(config))
-                plan->groups.push_back(make_group_plan(engine_, config, group, seq_len, batch));
-            plan->stream = dnnl::stream(engine_);
+                plan->groups.push_back(
+                    make_group_plan(plan->engine, config, group, request.seq_len, request.batch));
+            plan->stream = dnnl::stream(plan->engine);
         });
-        if (plans_.size() >= kMaxPlans) plans_.pop_back();
-        plans_.insert(plans_.begin(), plan);
         return plan;
     }
-
-    mutable std::mutex cache_mutex_;
-    mutable dnnl::engine engine_;  // one CPU engine for every plan, made on first use
-    mutable std::vector<std::shared_ptr<onednn_detail::Plan>> plans_;
 };
+
+// The plan of `onednn`: its primitives for one (config, T, N) under one thread count, and the
+// sizes they ask for. Calls on one plan run one at a time (they re-point its memory objects).
+class OnednnPlan final : public lstm::Plan {
+public:
+    OnednnPlan(const Variant& variant, const PlanRequest& request,
+               std::unique_ptr<onednn_detail::Plan> primitives)
+        : lstm::Plan(variant, request, workspace_size(*primitives), reserve_size(*primitives)),
+          primitives_(std::move(primitives)) {}
+
+protected:
+    void run_forward(const ForwardArgs<float>& args) const override {
+        const onednn_detail::FullTeam team;
+        check_team(team);
+        std::lock_guard<std::mutex> lock(primitives_->mutex);
+        onednn_detail::onednn_call(config(), "in the LSTM forward",
+                                   [&] { OnednnVariant::forward_pass(*primitives_, args); });
+    }
+    void run_backward(const BackwardArgs<float>& args) const override {
+        const onednn_detail::FullTeam team;
+        check_team(team);
+        std::lock_guard<std::mutex> lock(primitives_->mutex);
+        onednn_detail::onednn_call(config(), "in the LSTM backward",
+                                   [&] { OnednnVariant::backward_pass(*primitives_, args); });
+    }
+
+private:
+    // The largest of what a training forward, an inference forward and a backward need: our
+    // converted weights, states and oneDNN's scratchpad.
+    static size_t workspace_size(const onednn_detail::Plan& primitives) {
+        using namespace onednn_detail;
+        size_t most = 0;
+        for (Pass pass : {Pass::training, Pass::inference, Pass::backward}) {
+            detail::Carver carve(nullptr);
+            carve_workspace(carve, primitives, pass);
+            most = std::max(most, carve.bytes());
+        }
+        return most;
+    }
+    static size_t reserve_size(const onednn_detail::Plan& primitives) {
+        detail::Carver carve(nullptr);
+        onednn_detail::carve_reserve(carve, primitives);
+        return carve.bytes();
+    }
+    // A plan run by another team size than it was built for computes wrong numbers (see the
+    // top of this file); a cache keys plans by it, a caller holding one must keep it.
+    void check_team(const onednn_detail::FullTeam& team) const {
+        check(team.threads() == primitives_->threads, "onednn: the plan was made for ",
+              primitives_->threads, " OpenMP threads and the call runs ", team.threads(),
+              "; make a plan under the call's thread count");
+    }
+
+    std::unique_ptr<onednn_detail::Plan> primitives_;
+};
+
+inline std::unique_ptr<lstm::Plan> OnednnVariant::build_plan(const PlanRequest& request) const {
+    return std::make_unique<OnednnPlan>(*this, request, make_primitives(request));
+}
 
 }  // namespace lstm::cpu

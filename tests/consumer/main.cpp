@@ -1,11 +1,35 @@
 // Built against the installed package: runs a layer and checks it against the installed oracle,
-// and that the registry holds onednn only where the program links lstm::onednn (EXPECT_ONEDNN).
+// that the registry holds onednn only where the program links lstm::onednn (EXPECT_ONEDNN) and
+// the CUDA variants only where it links lstm::cuda (EXPECT_CUDA), and prints its resident size
+// after the forward, which a program linking lstm::lstm alone must keep below MAX_RSS_MIB.
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <lstm/lstm.hpp>
 #include <lstm/reference/lstm_reference.hpp>
 #include <lstm/reference/tolerance.hpp>
 #include <string>
 #include <vector>
+
+#ifndef EXPECT_CUDA
+#define EXPECT_CUDA 0
+#endif
+
+namespace {
+
+// VmRSS of /proc/self/status in KiB; -1 where there is none (not Linux).
+long resident_kib() {
+    std::FILE* status = std::fopen("/proc/self/status", "r");
+    if (status == nullptr) return -1;
+    char line[256];
+    long kib = -1;
+    while (std::fgets(line, sizeof line, status) != nullptr)
+        if (std::strncmp(line, "VmRSS:", 6) == 0) kib = std::atol(line + 6);
+    std::fclose(status);
+    return kib;
+}
+
+}  // namespace
 
 int main() {
     const lstm::Config config{3, 5, 2, true};
@@ -38,6 +62,38 @@ int main() {
         return 1;
     }
     std::printf("consumer: %zu outputs match the reference\n", got.size());
+    const long rss_kib = resident_kib();
+    std::printf("consumer: resident after one forward: %ld KiB (%.1f MiB)\n", rss_kib,
+                static_cast<double>(rss_kib) / 1024.0);
+#ifdef MAX_RSS_MIB
+    if (rss_kib > static_cast<long>(MAX_RSS_MIB) * 1024) {
+        std::printf("consumer: resident %ld KiB exceeds the bound of %d MiB for a CPU program\n",
+                    rss_kib, MAX_RSS_MIB);
+        return 1;
+    }
+#endif
+    // The CUDA variants are in the registry exactly when the program links lstm::cuda.
+    if (!lstm::variants_on(lstm::Device::cuda).empty() != (EXPECT_CUDA != 0)) {
+        std::printf("registry has %zu cuda variants, expected %s\n",
+                    lstm::variants_on(lstm::Device::cuda).size(), EXPECT_CUDA ? "some" : "none");
+        return 1;
+    }
+    if (!EXPECT_CUDA) {
+        const std::string want_why =
+            LSTM_WITH_CUDA ? "lives in the lstm::cuda target" : "this build has no CUDA back-end";
+        try {
+            lstm::find_variant("fused", lstm::Device::cuda);
+            std::printf("find_variant(\"fused\", cuda) did not throw\n");
+            return 1;
+        } catch (const lstm::Unsupported& e) {
+            if (std::string(e.what()).find(want_why) == std::string::npos) {
+                std::printf("find_variant(\"fused\", cuda): '%s' does not say '%s'\n", e.what(),
+                            want_why.c_str());
+                return 1;
+            }
+            std::printf("consumer: %s\n", e.what());
+        }
+    }
     // The onednn variant is in the registry exactly when the program links lstm::onednn.
     bool has_onednn = false;
     for (const lstm::Variant* v : lstm::variants())

@@ -1,6 +1,6 @@
 # ctest driver: install the library into a scratch prefix, then configure, build and run the
 # consumer project against that installed copy (not the source tree).
-foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR WITH_ONEDNN WITH_TOOL)
+foreach(var SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR WITH_ONEDNN WITH_CUDA WITH_TOOL)
     if(NOT DEFINED ${var})
         message(FATAL_ERROR "run.cmake needs -D${var}=...")
     endif()
@@ -32,11 +32,51 @@ run_step(${WORK_DIR}/build/consumer_loss)
 if(EXISTS ${WORK_DIR}/build/consumer_onednn)
     run_step(${WORK_DIR}/build/consumer_onednn)
 endif()
+if(WITH_CUDA)
+    if(NOT EXISTS ${WORK_DIR}/build/consumer_cuda)
+        message(FATAL_ERROR "the build has CUDA, but the installed package did not give the "
+                            "consumer lstm::cuda (no consumer_cuda was built)")
+    endif()
+    # Registers the CUDA variants; needs no GPU.
+    run_step(${WORK_DIR}/build/consumer_cuda)
+endif()
+
+# A CPU program carries no GPU: what the dynamic loader maps for a program linking lstm::lstm
+# alone (ldd lists the libraries the libraries need too) names none of the CUDA libraries, nor
+# oneDNN or the OpenCL it brings. The programs that link lstm::cuda and lstm::onednn do map theirs,
+# which shows the check sees them.
+set(lstm_gpu_libraries "libcudart|libcublas|libcublasLt|libcudnn|libOpenCL|libdnnl")
+find_program(LSTM_LDD ldd)
+if(LSTM_LDD)
+    foreach(program consumer consumer_loss consumer_cuda consumer_onednn)
+        if(NOT EXISTS ${WORK_DIR}/build/${program})
+            continue()
+        endif()
+        execute_process(COMMAND ${LSTM_LDD} ${WORK_DIR}/build/${program}
+            RESULT_VARIABLE rc OUTPUT_VARIABLE deps ERROR_VARIABLE deps)
+        if(NOT rc EQUAL 0)
+            message(FATAL_ERROR "ldd ${program} failed (${rc}):\n${deps}")
+        endif()
+        string(REGEX MATCHALL "(${lstm_gpu_libraries})[^ \t\n]*" found "${deps}")
+        if(program MATCHES "^consumer(_loss)?$" AND found)
+            message(FATAL_ERROR "${program} links lstm::lstm alone, but maps ${found}:\n${deps}")
+        elseif(program STREQUAL "consumer_cuda" AND NOT found MATCHES "libcudart")
+            message(FATAL_ERROR "consumer_cuda links lstm::cuda, but ldd shows no libcudart:\n"
+                                "${deps}")
+        elseif(program STREQUAL "consumer_onednn" AND NOT found MATCHES "libdnnl")
+            message(FATAL_ERROR "consumer_onednn links lstm::onednn, but ldd shows no libdnnl:\n"
+                                "${deps}")
+        endif()
+        message(STATUS "${program} maps: ${found}")
+    endforeach()
+else()
+    message(STATUS "no ldd: the consumers' shared libraries are not checked")
+endif()
 # A program that links lstm::lstm alone configures, builds and runs where none of the optional
-# parts' dependencies (oneDNN, with the OpenCL its CMake config needs, and MPI) nor the private
-# header-only ones (Eigen, nlohmann-json) can be found.
+# parts' dependencies (the CUDA toolkit, oneDNN, with the OpenCL its CMake config needs, and MPI)
+# nor the private header-only ones (Eigen, nlohmann-json) can be found.
 set(hidden)
-foreach(package dnnl OpenCL MPI Eigen3 nlohmann_json)
+foreach(package CUDAToolkit dnnl OpenCL MPI Eigen3 nlohmann_json)
     list(APPEND hidden -DCMAKE_DISABLE_FIND_PACKAGE_${package}=ON)
 endforeach()
 run_step(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/core -G "${GENERATOR}"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "device_problem.hpp"
 #include "lstm/buffer.hpp"
 #include "lstm/cuda/context.hpp"
+#include "lstm/problem.hpp"
 #include "lstm/registry.hpp"
 #include "variant_runner.hpp"
 
@@ -30,7 +30,7 @@ void check_offsets(const Variant& v, const LstmCase& c, cuda::Context& ctx) {
     REQUIRE(reinterpret_cast<uintptr_t>(workspace.data()) % 256 == 0);
     REQUIRE(reinterpret_cast<uintptr_t>(reserve.data()) % 256 == 0);
     auto scratch_at = [&](size_t ws_offset, size_t rs_offset) {
-        reference::RunBuffers s;
+        ScratchBuffers s;
         s.workspace = static_cast<char*>(workspace.data()) + ws_offset;
         s.workspace_size = ws_bytes;
         s.reserve = static_cast<char*>(reserve.data()) + rs_offset;
@@ -38,18 +38,18 @@ void check_offsets(const Variant& v, const LstmCase& c, cuda::Context& ctx) {
         return s;
     };
 
-    DeviceProblem<T> p(c, ctx);
-    const std::vector<int64_t>& lengths = c.in.lengths;
-    const reference::VariantResult aligned = p.train(v, lengths, scratch_at(0, 0), false);
-    const reference::VariantResult aligned_inference = p.infer(v, lengths, scratch_at(0, 0));
+    LstmProblem<T> p = case_problem<T>(c, Device::cuda, &ctx);
+    p.use_scratch(scratch_at(0, 0));
+    const reference::VariantResult aligned = train_problem(v, p, false);
+    const reference::VariantResult aligned_inference = infer_problem(v, p);
     // Offsets a caller's sub-buffer may have: 4 (float), 8 (double), 16 (malloc), 64 (a cache
     // line), and the workspace and reserve at different ones.
     const std::pair<size_t, size_t> offsets[] = {{4, 4}, {8, 8}, {16, 16}, {64, 64}, {4, 200}};
     for (const auto& [ws_offset, rs_offset] : offsets) {
         INFO("workspace at +" << ws_offset << " bytes, reserve at +" << rs_offset << " bytes");
-        const reference::RunBuffers scratch = scratch_at(ws_offset, rs_offset);
-        check_same_bits(p.train(v, lengths, scratch, false), aligned, true);
-        check_same_bits(p.infer(v, lengths, scratch), aligned_inference, false);
+        p.use_scratch(scratch_at(ws_offset, rs_offset));
+        check_same_bits(train_problem(v, p, false), aligned, true);
+        check_same_bits(infer_problem(v, p), aligned_inference, false);
     }
 }
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "device_problem.hpp"
 #include "lstm/cuda/context.hpp"
+#include "lstm/problem.hpp"
 #include "lstm/registry.hpp"
 #include "variant_runner.hpp"
 
@@ -26,41 +26,49 @@ void check_graphs(const LstmCase& c, const std::vector<int64_t>& other_lengths) 
     cuda::Context eager_ctx, graph_ctx;
     eager_ctx.set_graphs_enabled(false);
     graph_ctx.set_graphs_enabled(true);
-    DeviceProblem<T> eager(c, eager_ctx), graphed(c, graph_ctx);
-    // Held across the calls below, so that they repeat their pointers (what a replay needs).
-    const VariantScratch eager_scratch(fused, c, dtype_of<T>());
-    const VariantScratch graph_scratch(fused, c, dtype_of<T>());
-    const reference::RunBuffers& eager_s = eager_scratch.buffers();
-    const reference::RunBuffers& graph_s = graph_scratch.buffers();
+    // Each holds its scratch across the calls below, so that they repeat their pointers (what a
+    // replay needs).
+    LstmProblem<T> eager = case_problem<T>(c, Device::cuda, &eager_ctx);
+    LstmProblem<T> graphed = case_problem<T>(c, Device::cuda, &graph_ctx);
+    eager.allocate_scratch(fused);
+    graphed.allocate_scratch(fused);
+    auto train = [&](LstmProblem<T>& p, const std::vector<int64_t>& lengths, bool split) {
+        p.lengths = lengths;
+        return train_problem(fused, p, split);
+    };
+    auto infer = [&](LstmProblem<T>& p, const std::vector<int64_t>& lengths) {
+        p.lengths = lengths;
+        return infer_problem(fused, p);
+    };
     const std::vector<int64_t>& lengths = c.in.lengths;
 
     for (bool split : {false, true}) {
         INFO((split ? "split backward" : "whole backward"));
-        const reference::VariantResult want = eager.train(fused, lengths, eager_s, split);
+        const reference::VariantResult want = train(eager, lengths, split);
         // Call 1 runs eagerly, call 2 is captured and launched, calls 3 and 4 replay.
         for (int call = 1; call <= 4; ++call) {
             INFO("training call " << call);
-            check_same_bits(graphed.train(fused, lengths, graph_s, split), want, true);
+            check_same_bits(train(graphed, lengths, split), want, true);
         }
     }
 
-    const reference::VariantResult want_inference = eager.infer(fused, lengths, eager_s);
+    const reference::VariantResult want_inference = infer(eager, lengths);
     for (int call = 1; call <= 3; ++call) {
         INFO("inference call " << call);
-        check_same_bits(graphed.infer(fused, lengths, graph_s), want_inference, false);
+        check_same_bits(infer(graphed, lengths), want_inference, false);
     }
 
     // Other lengths: eager, then captured into the same plan (graph updated in place or
     // re-instantiated), then the first lengths again (eager, then captured again).
-    const reference::VariantResult want_other = eager.train(fused, other_lengths, eager_s, false);
-    const reference::VariantResult want_first = eager.train(fused, lengths, eager_s, false);
+    const reference::VariantResult want_other = train(eager, other_lengths, false);
+    const reference::VariantResult want_first = train(eager, lengths, false);
     for (int call = 1; call <= 3; ++call) {
         INFO("other lengths, call " << call);
-        check_same_bits(graphed.train(fused, other_lengths, graph_s, false), want_other, true);
+        check_same_bits(train(graphed, other_lengths, false), want_other, true);
     }
     for (int call = 1; call <= 3; ++call) {
         INFO("first lengths again, call " << call);
-        check_same_bits(graphed.train(fused, lengths, graph_s, false), want_first, true);
+        check_same_bits(train(graphed, lengths, false), want_first, true);
     }
 
     // Plans released between calls are rebuilt: eager, captured and replayed again, same bits.
@@ -70,7 +78,7 @@ void check_graphs(const LstmCase& c, const std::vector<int64_t>& other_lengths) 
     CHECK(graph_ctx.plan_count() == 0);
     for (int call = 1; call <= 3; ++call) {
         INFO("after release_plans, call " << call);
-        check_same_bits(graphed.train(fused, lengths, graph_s, false), want_first, true);
+        check_same_bits(train(graphed, lengths, false), want_first, true);
     }
 }
 

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "case_registry.hpp"
-#include "device_problem.hpp"
 #include "lstm/cuda/context.hpp"
 #include "lstm/registry.hpp"
 #include "tolerance.hpp"
@@ -66,11 +65,9 @@ void check_variant_on_device(const Variant& v, const LstmCase& c, const referenc
     const double fwd = rtol.forward, bwd = rtol.backward;
     INFO(label << ", " << to_string(dtype_of<T>()));
 
-    DeviceProblem<T> p(c, ctx);
-    const VariantScratch scratch(v, c, dtype_of<T>());
-    auto train = [&](bool split) {
-        return p.train(v, c.in.lengths, scratch.buffers(), split, before);
-    };
+    LstmProblem<T> p = case_problem<T>(c, Device::cuda, &ctx);
+    p.allocate_scratch(v);
+    auto train = [&](bool split) { return train_problem(v, p, split, before); };
     const reference::VariantResult got = train(false);
     check_close_to_reference(got, ref, ref_grads, accumulated<T>(ref_grads.dparams, before), rtol);
 
@@ -80,7 +77,7 @@ void check_variant_on_device(const Variant& v, const LstmCase& c, const referenc
 
     // Inference computes the same forward without a reserve (a vendor library may pick other
     // kernels for it, so compare under the forward tolerance, not bit for bit).
-    const reference::VariantResult inference = p.infer(v, c.in.lengths, scratch.buffers());
+    const reference::VariantResult inference = infer_problem(v, p);
     LSTM_CHECK_CLOSE(compare_scaled("inference y vs training y", inference.y, got.y, fwd));
     LSTM_CHECK_CLOSE(compare_scaled("inference hn vs training hn", inference.hn, got.hn, fwd));
     LSTM_CHECK_CLOSE(compare_scaled("inference cn vs training cn", inference.cn, got.cn, fwd));
@@ -118,12 +115,12 @@ void variant_matches_reference(const Variant& v, DType dt, const Shape& s, uint6
 void context_is_required(const Variant& v) {
     const LstmCase c = make_case(Config{3, 5, 1, false}, 4, 2, {}, false, 11);
     cuda::Context ctx;
-    DeviceProblem<float> p(c, ctx);
-    const VariantScratch scratch(v, c, DType::f32);
-    ForwardArgs<float> f = p.forward_args(c.in.lengths, scratch.buffers(), true);
+    LstmProblem<float> p = case_problem<float>(c, Device::cuda, &ctx);
+    p.allocate_scratch(v);
+    ForwardArgs<float> f = p.forward_args(true);
     f.context = nullptr;
     REQUIRE_THROWS_WITH(v.forward(c.in.config, f), Catch::Contains("context must be"));
-    BackwardArgs<float> b = p.backward_args(c.in.lengths, scratch.buffers(), BackwardPart::all);
+    BackwardArgs<float> b = p.backward_args(BackwardPart::all);
     b.context = nullptr;
     REQUIRE_THROWS_WITH(v.backward(c.in.config, b), Catch::Contains("context must be"));
 }

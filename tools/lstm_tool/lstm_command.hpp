@@ -14,6 +14,7 @@
 #include "lstm/io/safetensors.hpp"
 #include "lstm/io/state_dict.hpp"
 #include "lstm/memory.hpp"
+#include "lstm/problem.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variant.hpp"
 #include "tools/lstm_tool/cli.hpp"
@@ -85,17 +86,6 @@ inline const Variant& pick_variant(const std::string& name, Device device) {
         known += (known.empty() ? "" : ", ") + std::string(v->name()) + " (" +
                  to_string(v->device()) + ")";
     fail("no variant runs on ", to_string(device), " in this binary; known: ", known);
-}
-
-template <typename T>
-TensorView<const T> view3(const DeviceBuffer& b, int64_t a, int64_t n, int64_t c) {
-    return b.size() == 0 ? TensorView<const T>()
-                         : TensorView<const T>(b.as<const T>(), {a, n, c}, b.device());
-}
-
-template <typename T>
-TensorView<T> view3_mut(const DeviceBuffer& b, int64_t a, int64_t n, int64_t c) {
-    return b.size() == 0 ? TensorView<T>() : TensorView<T>(b.as<T>(), {a, n, c}, b.device());
 }
 
 }  // namespace detail
@@ -216,34 +206,16 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
     check_host_memory<T>(variant, config, seq_len, batch, req.backward, workspace, reserve);
 
     const DeviceContext device_context = open_device_context(dev);
-    cuda::Context* ctx = device_context.get();
-    const DeviceBuffer x_d = DeviceBuffer::upload(dev, x_t.values<T>(), ctx);
-    const DeviceBuffer params_d = DeviceBuffer::upload(dev, params, ctx);
-    const DeviceBuffer h0_d = DeviceBuffer::upload(dev, h0.value_or(std::vector<T>()), ctx);
-    const DeviceBuffer c0_d = DeviceBuffer::upload(dev, c0.value_or(std::vector<T>()), ctx);
-    DeviceBuffer y_d(dev, sizeof(T) * static_cast<size_t>(seq_len * batch * config.output_size()),
-                     ctx);
-    DeviceBuffer hn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hs), ctx);
-    DeviceBuffer cn_d(dev, sizeof(T) * static_cast<size_t>(cells * batch * hidden), ctx);
-    DeviceBuffer workspace_d(dev, workspace, ctx);
-    // A non-null reserve is what makes a forward a training forward, even a zero-byte one.
-    DeviceBuffer reserve_d(dev, req.backward ? std::max<size_t>(reserve, 1) : 0, ctx);
-
-    ForwardArgs<T> f;
-    f.x = detail::view3<T>(x_d, seq_len, batch, config.input_size);
-    f.lengths = lengths_span;
-    f.h0 = detail::view3<T>(h0_d, cells, batch, hs);
-    f.c0 = detail::view3<T>(c0_d, cells, batch, hidden);
-    f.params = TensorView<const T>(params_d.as<const T>(), {param_count(config)}, dev);
-    f.y = detail::view3_mut<T>(y_d, seq_len, batch, config.output_size());
-    f.hn = detail::view3_mut<T>(hn_d, cells, batch, hs);
-    f.cn = detail::view3_mut<T>(cn_d, cells, batch, hidden);
-    f.workspace = workspace_d.data();
-    f.workspace_size = workspace_d.size();
-    f.reserve = reserve_d.data();
-    f.reserve_size = reserve_d.size();
-    f.context = ctx;
-    variant.forward(config, f);
+    using P = ProblemTensor;
+    LstmProblem<T> problem(config, seq_len, batch, dev, device_context.get());
+    problem.lengths = lengths;
+    problem.set(P::x, x_t.values<T>());
+    problem.set(P::params, params);
+    if (h0) problem.set(P::h0, *h0);
+    if (c0) problem.set(P::c0, *c0);
+    for (P output : {P::y, P::hn, P::cn}) problem.allocate(output);
+    problem.allocate_scratch(variant, req.backward);
+    variant.forward(config, problem.forward_args(req.backward));
 
     io::TensorFile out;
     out.metadata = {{"lstm_tool", "lstm"},
@@ -256,34 +228,24 @@ io::TensorFile run_lstm(const LstmRequest& req, const io::TensorFile& params_fil
                     {"bidirectional", config.bidirectional ? "true" : "false"},
                     {"bias", config.bias ? "true" : "false"},
                     {"proj_size", std::to_string(config.proj_size)}};
-    out.add(io::Tensor::from("y", y_shape, y_d.download<T>()));
-    out.add(io::Tensor::from("hn", h_shape, hn_d.download<T>()));
-    out.add(io::Tensor::from("cn", c_shape, cn_d.download<T>()));
+    out.add(io::Tensor::from("y", y_shape, problem.get(P::y)));
+    out.add(io::Tensor::from("hn", h_shape, problem.get(P::hn)));
+    out.add(io::Tensor::from("cn", c_shape, problem.get(P::cn)));
     if (!req.backward) return out;
 
-    const DeviceBuffer dy_d = DeviceBuffer::upload(dev, *dy, ctx);
-    const DeviceBuffer dhn_d = DeviceBuffer::upload(dev, dhn.value_or(std::vector<T>()), ctx);
-    const DeviceBuffer dcn_d = DeviceBuffer::upload(dev, dcn.value_or(std::vector<T>()), ctx);
-    DeviceBuffer dx_d(dev, x_d.size(), ctx);
-    DeviceBuffer dh0_d(dev, h0 ? hn_d.size() : 0, ctx);
-    DeviceBuffer dc0_d(dev, c0 ? cn_d.size() : 0, ctx);
-    DeviceBuffer dparams_d(dev, params_d.size(), ctx);
-    dparams_d.zero();  // backward accumulates into it
+    problem.set(P::dy, *dy);
+    if (dhn) problem.set(P::dhn, *dhn);
+    if (dcn) problem.set(P::dcn, *dcn);
+    problem.allocate(P::dx);
+    if (h0) problem.allocate(P::dh0);
+    if (c0) problem.allocate(P::dc0);
+    problem.fill(P::dparams, T(0));  // backward accumulates into it
+    variant.backward(config, problem.backward_args());
 
-    BackwardArgs<T> b = backward_args_from(f);
-    b.dy = detail::view3<T>(dy_d, seq_len, batch, config.output_size());
-    b.dhn = detail::view3<T>(dhn_d, cells, batch, hs);
-    b.dcn = detail::view3<T>(dcn_d, cells, batch, hidden);
-    b.dx = detail::view3_mut<T>(dx_d, seq_len, batch, config.input_size);
-    b.dh0 = detail::view3_mut<T>(dh0_d, cells, batch, hs);
-    b.dc0 = detail::view3_mut<T>(dc0_d, cells, batch, hidden);
-    b.dparams = TensorView<T>(dparams_d.as<T>(), {param_count(config)}, dev);
-    variant.backward(config, b);
-
-    out.add(io::Tensor::from("dx", x_t.shape, dx_d.download<T>()));
-    if (h0) out.add(io::Tensor::from("dh0", h_shape, dh0_d.download<T>()));
-    if (c0) out.add(io::Tensor::from("dc0", c_shape, dc0_d.download<T>()));
-    const std::vector<T> grads = dparams_d.download<T>();
+    out.add(io::Tensor::from("dx", x_t.shape, problem.get(P::dx)));
+    if (h0) out.add(io::Tensor::from("dh0", h_shape, problem.get(P::dh0)));
+    if (c0) out.add(io::Tensor::from("dc0", c_shape, problem.get(P::dc0)));
+    const std::vector<T> grads = problem.get(P::dparams);
     io::export_lstm<T>(out, config, Span<const T>(grads.data(), static_cast<int64_t>(grads.size())),
                        "grad.");
     return out;

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "kernels/cuda/launch.hpp"
 #include "lstm/error.hpp"
 
 #if LSTM_WITH_CUDNN
@@ -48,6 +49,12 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
                     cublasGetStatusString(status), ")");
 }
 
+// The status a launcher of kernels/cuda/ returns (kernels/cuda/launch.hpp).
+inline void check_launch(kernels::cuda::LaunchStatus status, const char* call, const char* file,
+                         int line) {
+    check_cuda(static_cast<cudaError_t>(status.code), call, file, line);
+}
+
 #if LSTM_WITH_CUDNN
 // cuDNN 9 split CUDNN_STATUS_ALLOC_FAILED (deprecated there) into host and device failures.
 inline bool cudnn_out_of_memory(cudnnStatus_t status) {
@@ -73,4 +80,6 @@ inline void check_cudnn(cudnnStatus_t status, const char* call, const char* file
     ::lstm::cuda::detail::check_cublas((call), #call, __FILE__, __LINE__)
 #define LSTM_CUDNN_CHECK(call) ::lstm::cuda::detail::check_cudnn((call), #call, __FILE__, __LINE__)
 // After a kernel launch: launch errors (bad configuration) surface here, not at the next sync.
-#define LSTM_CUDA_CHECK_LAUNCH() LSTM_CUDA_CHECK(cudaGetLastError())
+// LSTM_CUDA_CHECK_LAUNCH(kernels::cuda::launch_x(..., stream)): the launcher convention's check.
+#define LSTM_CUDA_CHECK_LAUNCH(launch) \
+    ::lstm::cuda::detail::check_launch((launch), #launch, __FILE__, __LINE__)

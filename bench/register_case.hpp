@@ -1,0 +1,34 @@
+#pragma once
+
+// Every lstm_bench case is registered through register_case, which records after the case the
+// load average of the machine it ran on (the `load_avg_1m` counter): the cases time wall clock on
+// a machine that may be shared, and scripts/plot-bench.py warns from it when a repetition ran
+// beside another job (docs/benchmarks.md, "Counters").
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace lstm::bench {
+
+// The 1-minute load average now, or -1 where the system gives none.
+inline double load_average_1m() {
+    double load[1] = {0};
+    return getloadavg(load, 1) == 1 ? load[0] : -1.0;
+}
+
+// Registers case `name` running `run`, followed by the `load_avg_1m` counter. It is read when the
+// case's timed loop has ended, so its last minute covers a short case whole and a long one's end.
+inline benchmark::internal::Benchmark* register_case(const std::string& name,
+                                                     std::function<void(benchmark::State&)> run) {
+    return benchmark::RegisterBenchmark(name.c_str(),
+                                        [run = std::move(run)](benchmark::State& state) {
+                                            run(state);
+                                            state.counters["load_avg_1m"] = load_average_1m();
+                                        });
+}
+
+}  // namespace lstm::bench
