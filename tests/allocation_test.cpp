@@ -18,6 +18,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "lstm/layer.hpp"
 #include "lstm/memory.hpp"
+#include "lstm/plan_cache.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variants/fused.hpp"
 #include "test_util.hpp"
@@ -340,6 +341,18 @@ TEST_CASE("Lstm::backward without dx neither sizes nor allocates a dx buffer", "
     layer.forward(xv);
     // The same backward with dx does not fit: the limit is what the call above stayed under.
     CHECK_THROWS_AS(layer.backward(dyv), OutOfMemory);
+}
+
+TEST_CASE("a plan cache lookup that hits allocates nothing", "[memory]") {
+    // Every call of a layer looks its plan up; lstm/plan_cache.hpp promises the hit is free.
+    const Variant& basic = find_variant("basic", Device::cpu);
+    PlanCache cache;
+    const PlanRequest request(Config{3, 5, 2, true}, DType::f32, 7, 3);
+    const std::shared_ptr<const Plan> first = cache.get(basic, request);
+    const long before = g_allocations.load();
+    for (int k = 0; k < 10; ++k)
+        if (cache.get(basic, request) != first) FAIL("the hit returned another plan");
+    CHECK(g_allocations.load() - before == 0);
 }
 
 TEST_CASE("the allocation counter sees allocations", "[memory]") {
