@@ -127,13 +127,8 @@ public:
             layer_out =
                 training ? out_ + l * seq_len_ * batch_ * out_width : (l % 2 == 0 ? ping_ : pong_);
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                const int64_t cell = l * config_.num_directions() + d;
-                kernels::cpu::gather_rows(
-                    args.h0.empty() ? nullptr : args.h0.data() + cell * batch_ * hs, batch_, hs,
-                    batch_order_.order, h_);
-                kernels::cpu::gather_rows(
-                    args.c0.empty() ? nullptr : args.c0.data() + cell * batch_ * hidden, batch_,
-                    hidden, batch_order_.order, c_);
+                gather_cell(args.h0, l, d, hs, h_);
+                gather_cell(args.c0, l, d, hidden, c_);
                 ForwardStep<T> step{};
                 step.params = args.params.data();
                 step.out_width = out_width;
@@ -147,12 +142,8 @@ public:
                     step.out = layer_out + row * out_width + d * hs;
                     engine_.forward_step(step);
                 }
-                if (!args.hn.empty())
-                    kernels::cpu::scatter_rows(h_, batch_, hs, batch_order_.order,
-                                               args.hn.data() + cell * batch_ * hs);
-                if (!args.cn.empty())
-                    kernels::cpu::scatter_rows(c_, batch_, hidden, batch_order_.order,
-                                               args.cn.data() + cell * batch_ * hidden);
+                scatter_cell(h_, l, d, hs, args.hn);
+                scatter_cell(c_, l, d, hidden, args.cn);
             }
             layer_in = layer_out;
         }
@@ -194,7 +185,6 @@ public:
             const bool want_d_in = l > 0 || !args.dx.empty();
             if (want_d_in) std::fill(d_in, d_in + seq_len_ * batch_ * in_width, T(0));
             for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                const int64_t cell = l * config_.num_directions() + d;
                 // Initial states rebuild h_{t-1} / c_{t-1} of each sequence's first step.
                 if (weights) gather_cell(args.h0, l, d, hs, h_init_);
                 gather_cell(args.c0, l, d, hidden, c_init_);
@@ -214,12 +204,8 @@ public:
                     engine_.backward_step(step);
                     if (weights) weight_step(args, l, d, s);
                 }
-                if (!args.dh0.empty())
-                    kernels::cpu::scatter_rows(h_, batch_, hs, batch_order_.order,
-                                               args.dh0.data() + cell * batch_ * hs);
-                if (!args.dc0.empty())
-                    kernels::cpu::scatter_rows(c_, batch_, hidden, batch_order_.order,
-                                               args.dc0.data() + cell * batch_ * hidden);
+                scatter_cell(h_, l, d, hs, args.dh0);
+                scatter_cell(c_, l, d, hidden, args.dc0);
             }
             std::swap(d_out, d_in);
         }
@@ -272,6 +258,16 @@ private:
         const int64_t cell = l * config_.num_directions() + d;
         kernels::cpu::gather_rows(state.empty() ? nullptr : state.data() + cell * batch_ * width,
                                   batch_, width, batch_order_.order, dst);
+    }
+
+    // This cell's slice of an (L*D, N, width) state tensor <- src (N, width) sorted, back in the
+    // caller's row order; nothing when the tensor is empty (not wanted).
+    void scatter_cell(const T* src, int64_t l, int64_t d, int64_t width,
+                      const TensorView<T>& state) const {
+        if (state.empty()) return;
+        const int64_t cell = l * config_.num_directions() + d;
+        kernels::cpu::scatter_rows(src, batch_, width, batch_order_.order,
+                                   state.data() + cell * batch_ * width);
     }
 
     // Step s of the weight gradients of direction d of layer l: h_{t-1} of the active rows from
