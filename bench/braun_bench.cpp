@@ -45,16 +45,17 @@ std::optional<std::string> why_braun_not_runnable(const BraunScenario& s, const 
     return std::nullopt;
 }
 
-// The check is deterministic per (variant, scenario, thread count): data and initial parameters
-// come from fixed seeds. Repetitions and the paired cases reuse its verdict instead of paying for
-// it again; each CPU thread count gets its own, since fused takes another path on an even team
-// (the directions of a bidirectional layer side by side).
+// The check is deterministic per (variant, path, scenario, thread count): data and initial
+// parameters come from fixed seeds. Repetitions and the paired cases reuse its verdict instead of
+// paying for it again; each CPU thread count gets its own, since fused takes another path on an
+// even team (the directions of a bidirectional layer side by side).
 std::optional<std::string> braun_reference_verdict(const BraunScenario& s, const Variant& v,
                                                    const nn::ModelConfig& m,
                                                    nn::SequenceModel<float>& model,
                                                    const BraunData& data) {
     static std::map<std::string, std::optional<std::string>> verdicts;
     const std::string key = std::string(s.name) + "/" + to_string(v.device()) + "/" + v.name() +
+                            "/" + model.lstm().path() +
                             (v.device() == Device::cpu ? "/" + std::to_string(num_threads()) : "");
     const auto found = verdicts.find(key);
     if (found != verdicts.end()) return found->second;
@@ -73,13 +74,15 @@ constexpr double kFlopsPerGflop = 1e9;
 struct BraunCase {
     const BraunScenario* scenario;
     const Variant* variant;
+    std::string path;  // empty: the variant's default
     int threads;
     int warmup_steps;
 };
 
 std::string case_name(const BraunCase& c) {
     const std::string name = std::string("braun/") + c.scenario->name + "/" +
-                             to_string(c.variant->device()) + "/" + c.variant->name();
+                             to_string(c.variant->device()) + "/" + c.variant->name() +
+                             path_part(c.path);
     // A GPU case runs once (see register_braun_cases): host threads do not name it.
     if (c.variant->device() == Device::cuda) return name;
     return name + "/threads:" + std::to_string(c.threads);
@@ -90,6 +93,7 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     const nn::ModelConfig m = braun_model_config(s);
     const BraunData data = make_braun_data(s);
     nn::SequenceModel<float> model(m, c.variant->name(), c.variant->device(), kBraunModelSeed);
+    if (!c.path.empty()) model.lstm().set_path(c.path);
     if (auto why = braun_reference_verdict(s, *c.variant, m, model, data)) {
         fail_case(state, *why);
         return;
@@ -162,19 +166,20 @@ void register_braun_cases(const BenchFlags& flags) {
         *std::max_element(flags.threads.begin(), flags.threads.end())};
     for (const BraunScenario& s : braun_scenarios()) {
         for (const Variant* v : variants()) {
-            for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
-                const BraunCase c{&s, v, threads, warmup_repeats(flags, v->device())};
-                // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
-                // misses the workers. It also makes GFLOP/s divide by wall time. GPU cases: the
-                // CUDA events of StepTimer (manual time).
-                auto* b = register_case(case_name(c),
-                                        [c](benchmark::State& state) { run_case(state, c); });
-                if (v->device() == Device::cuda)
-                    b->UseManualTime();
-                else
-                    b->UseRealTime();
-                b->Unit(benchmark::kMillisecond);
-            }
+            for (const std::string& path : case_paths(*v, flags))
+                for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
+                    const BraunCase c{&s, v, path, threads, warmup_repeats(flags, v->device())};
+                    // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
+                    // misses the workers. It also makes GFLOP/s divide by wall time. GPU cases: the
+                    // CUDA events of StepTimer (manual time).
+                    auto* b = register_case(case_name(c),
+                                            [c](benchmark::State& state) { run_case(state, c); });
+                    if (v->device() == Device::cuda)
+                        b->UseManualTime();
+                    else
+                        b->UseRealTime();
+                    b->Unit(benchmark::kMillisecond);
+                }
         }
     }
 }

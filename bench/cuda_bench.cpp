@@ -106,7 +106,7 @@ std::optional<std::string> check_layer_against_reference(
     std::vector<float> params(static_cast<size_t>(param_count(config)));
     layer.store_parameters(Span<float>(params));
     return check_on_device_against_reference(variant, config, x, lengths, Span<const float>(params),
-                                             with_split);
+                                             with_split, layer.path());
 }
 
 }  // namespace lstm::bench

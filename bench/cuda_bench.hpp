@@ -40,8 +40,9 @@ private:
 };
 
 // check_against_reference (reference_check.hpp) for a variant on either device: x (T, N, I) and
-// lengths (N) on the host, the parameters read from `layer` wherever they live. A cuda variant
-// runs on device buffers (reference::run_variant_parts), so the same check code covers it.
+// lengths (N) on the host, the parameters read from `layer` wherever they live, on the path the
+// layer takes. A cuda variant runs on device buffers (reference::run_variant_parts), so the same
+// check code covers it.
 std::optional<std::string> check_layer_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
     Span<const int64_t> lengths, const LstmT<float>& layer, bool with_split = false);

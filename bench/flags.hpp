@@ -29,7 +29,7 @@ struct BenchFlags {
     // them); the only flag that may be given more than once. With any, lstm_bench registers the
     // shape cases alone.
     std::vector<std::string> shapes;
-    // --lstm_all_paths=1: the per-pass cases (deepbench/, shape/) time every path of each
+    // --lstm_all_paths=1: the per-pass, Braun, pair and IMDB cases time every path of each
     // variant (Variant::paths, "/path:<name>" in the case name) instead of its default one.
     int all_paths = 0;
 };

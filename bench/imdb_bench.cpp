@@ -38,13 +38,14 @@ enum class ImdbMode {
 struct ImdbCase {
     ImdbMode mode;
     const Variant* variant;
+    std::string path;  // empty: the variant's default
     int threads;
     int warmup_passes;
 };
 
 std::string case_name(const ImdbCase& c) {
     return std::string("bahrampour/imdb/") + (c.mode == ImdbMode::fwd ? "fwd" : "grad") + "/" +
-           to_string(c.variant->device()) + "/" + c.variant->name() +
+           to_string(c.variant->device()) + "/" + c.variant->name() + path_part(c.path) +
            "/threads:" + std::to_string(c.threads);
 }
 
@@ -75,11 +76,13 @@ nn::ModelConfig model_config() {
 }
 
 // The LSTM on every batch against the reference (bench/reference_check.hpp), with the model's
-// initial parameters. Deterministic per variant, so fwd, grad and every thread count share it.
-std::optional<std::string> cached_reference_check(const Variant& v, Span<const float> params,
+// initial parameters, on `path`. Deterministic per variant and path, so fwd, grad and every
+// thread count share it.
+std::optional<std::string> cached_reference_check(const Variant& v, const std::string& path,
+                                                  Span<const float> params,
                                                   const std::vector<ImdbBatch>& batches) {
     static std::map<std::string, std::optional<std::string>> verdicts;
-    const std::string key = std::string(to_string(v.device())) + "/" + v.name();
+    const std::string key = std::string(to_string(v.device())) + "/" + v.name() + "/" + path;
     const auto found = verdicts.find(key);
     if (found != verdicts.end()) return found->second;
     std::optional<std::string> verdict;
@@ -87,7 +90,8 @@ std::optional<std::string> cached_reference_check(const Variant& v, Span<const f
         const ImdbBatch& batch = batches[b];
         const TensorView<const float> x(batch.x.data(), {batch.seq_len, kImdbBatch, kImdbInput});
         if (auto why = check_against_reference(v, imdb_config(), x,
-                                               Span<const int64_t>(batch.lengths), params))
+                                               Span<const int64_t>(batch.lengths), params,
+                                               /*with_split=*/false, path))
             verdict = "batch " + std::to_string(b) + ": " + *why;
     }
     verdicts.emplace(key, verdict);
@@ -106,8 +110,9 @@ void time_passes(benchmark::State& state, const ImdbCase& c) {
     const std::vector<ImdbBatch> batches = make_imdb_batches();
     nn::SequenceModel<float> model(model_config(), c.variant->name(), c.variant->device(),
                                    kImdbModelSeed);
-    if (auto why =
-            cached_reference_check(*c.variant, std::as_const(model.lstm()).parameters(), batches)) {
+    if (!c.path.empty()) model.lstm().set_path(c.path);
+    if (auto why = cached_reference_check(*c.variant, c.path,
+                                          std::as_const(model.lstm()).parameters(), batches)) {
         fail_case(state, *why);
         return;
     }
@@ -193,13 +198,15 @@ void register_imdb_cases(const BenchFlags& flags) {
     const std::vector<int> threads = imdb_thread_counts(flags);
     for (ImdbMode mode : {ImdbMode::fwd, ImdbMode::grad})
         for (const Variant* v : variants_on(Device::cpu))
-            for (int k : threads) {
-                const ImdbCase c{mode, v, k, flags.warmup_steps};
-                // Real time: the work runs on an OpenMP team (see braun_bench.cpp).
-                register_case(case_name(c), [c](benchmark::State& state) { run_case(state, c); })
-                    ->UseRealTime()
-                    ->Unit(benchmark::kMillisecond);
-            }
+            for (const std::string& path : case_paths(*v, flags))
+                for (int k : threads) {
+                    const ImdbCase c{mode, v, path, k, flags.warmup_steps};
+                    // Real time: the work runs on an OpenMP team (see braun_bench.cpp).
+                    register_case(case_name(c),
+                                  [c](benchmark::State& state) { run_case(state, c); })
+                        ->UseRealTime()
+                        ->Unit(benchmark::kMillisecond);
+                }
 }
 
 }  // namespace lstm::bench

@@ -33,6 +33,7 @@ constexpr size_t kReservedPairs = 4096;
 struct PairCase {
     const BraunScenario* scenario;
     const Variant* variant;
+    std::string path;  // the variant's; empty: its default (the peer always takes its default)
     const Variant* peer;
     int threads;
     int warmup_steps;
@@ -41,12 +42,15 @@ struct PairCase {
 // One model of the pair, with the batch it trains on.
 class PairSide {
 public:
-    PairSide(const BraunScenario& s, const Variant& v, const BraunData& data)
+    PairSide(const BraunScenario& s, const Variant& v, const std::string& path,
+             const BraunData& data)
         : scenario_(s),
           variant_(v),
           config_(braun_model_config(s)),
           model_(config_, v.name(), v.device(), kBraunModelSeed),
-          data_(data) {}
+          data_(data) {
+        if (!path.empty()) model_.lstm().set_path(path);
+    }
 
     // The reference check before timing: nullopt when it passes, else why not (named).
     std::optional<std::string> check() {
@@ -83,7 +87,7 @@ private:
 void time_pairs(benchmark::State& state, const PairCase& c) {
     const BraunScenario& s = *c.scenario;
     const BraunData data = make_braun_data(s);
-    PairSide a(s, *c.variant, data), b(s, *c.peer, data);
+    PairSide a(s, *c.variant, c.path, data), b(s, *c.peer, "", data);
     for (PairSide* side : {&a, &b}) {
         if (auto why = side->check()) {
             fail_case(state, *why);
@@ -143,15 +147,17 @@ void register_pair_cases(const BenchFlags& flags) {
     for (const BraunScenario& s : braun_scenarios())
         for (const Variant* v : variants()) {
             if (v->device() != Device::cpu || v == peer) continue;
-            for (int threads : flags.threads) {
-                const PairCase c{&s, v, peer, threads, flags.warmup_steps};
-                const std::string name = std::string("pair/") + s.name + "/cpu/" + v->name() + ":" +
-                                         kPeer + "/threads:" + std::to_string(threads);
-                // Manual time: each iteration reports the pair's two steps.
-                register_case(name, [c](benchmark::State& state) { run_pair(state, c); })
-                    ->UseManualTime()
-                    ->Unit(benchmark::kMillisecond);
-            }
+            for (const std::string& path : case_paths(*v, flags))
+                for (int threads : flags.threads) {
+                    const PairCase c{&s, v, path, peer, threads, flags.warmup_steps};
+                    const std::string name = std::string("pair/") + s.name + "/cpu/" + v->name() +
+                                             ":" + kPeer + path_part(path) +
+                                             "/threads:" + std::to_string(threads);
+                    // Manual time: each iteration reports the pair's two steps.
+                    register_case(name, [c](benchmark::State& state) { run_pair(state, c); })
+                        ->UseManualTime()
+                        ->Unit(benchmark::kMillisecond);
+                }
         }
 }
 

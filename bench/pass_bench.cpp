@@ -82,7 +82,7 @@ bool on_cpu(const PassCase& c) { return c.variant->device() == Device::cpu; }
 std::string case_name(const PassCase& c) {
     std::string name = c.family + "/" + c.shape.name + "/" + pass_name(c.pass) + "/" +
                        to_string(c.variant->device()) + "/" + c.variant->name();
-    if (!c.path.empty()) name += "/path:" + c.path;
+    name += path_part(c.path);
     if (on_cpu(c)) name += "/threads:" + std::to_string(c.threads);
     return name;
 }
@@ -294,8 +294,7 @@ void register_pass_cases(const std::string& family, const std::vector<PassShape>
         for (const PassShape& s : shapes)
             for (Pass pass : passes)
                 for (const Variant* v : variants_on(device))
-                    for (const std::string& path :
-                         flags.all_paths ? v->paths(DType::f32) : std::vector<std::string>{""})
+                    for (const std::string& path : case_paths(*v, flags))
                         for (int k : thread_counts) {
                             const PassCase c{
                                 family, s, pass, v, path, k, warmup_repeats(flags, device)};

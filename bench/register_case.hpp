@@ -11,6 +11,10 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "flags.hpp"
+#include "lstm/variant.hpp"
 
 namespace lstm::bench {
 
@@ -29,6 +33,18 @@ inline benchmark::internal::Benchmark* register_case(const std::string& name,
                                             run(state);
                                             state.counters["load_avg_1m"] = load_average_1m();
                                         });
+}
+
+// The paths a variant's cases time: every one of Variant::paths() with --lstm_all_paths=1, else
+// one empty entry, the variant's default under its usual name.
+inline std::vector<std::string> case_paths(const Variant& v, const BenchFlags& flags) {
+    if (flags.all_paths) return v.paths(DType::f32);
+    return {""};
+}
+
+// The part of a case name that names its path ("/path:avx2"; nothing for the default).
+inline std::string path_part(const std::string& path) {
+    return path.empty() ? std::string() : "/path:" + path;
 }
 
 }  // namespace lstm::bench

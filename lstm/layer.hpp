@@ -760,11 +760,12 @@ private:
     Device device_;
     cuda::Context* context_;  // the owned or the borrowed one; null on the host
     std::string path_;        // see set_path
-    mutable PlanCache plans_;
 #if LSTM_WITH_CUDA
-    // Declared before the buffers, so it is destroyed after them.
+    // Declared before the plans and the buffers, so it is destroyed after them (a CUDA plan
+    // holds graphs and descriptors made on the context).
     std::unique_ptr<cuda::Context> owned_context_;
 #endif
+    mutable PlanCache plans_;
     Buffer params_, grads_;
     Buffer y_, hn_, cn_, dx_, dh0_, dc0_;
     Buffer workspace_, reserve_;

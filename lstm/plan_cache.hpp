@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "lstm/cuda/context.hpp"
 #include "lstm/variant.hpp"
 
 namespace lstm {
@@ -122,6 +123,12 @@ inline PlanCache& default_plan_cache() {
     return *cache;
 }
 
+// Where a direct call keeps the plan of `request`: its context's cache (the context's plans live
+// and go with it), else the default one.
+inline PlanCache& plan_cache_for(const PlanRequest& request) {
+    return request.context ? request.context->plans() : default_plan_cache();
+}
+
 // Variant's members that go through the default plan cache (declared in lstm/variant.hpp).
 
 inline Variant::~Variant() { default_plan_cache().forget(*this); }
@@ -158,14 +165,14 @@ PlanRequest request_of(const Config& config, const A& args, DType dtype) {
 
 template <typename T>
 void Variant::forward(const Config& config, const ForwardArgs<T>& args) const {
-    default_plan_cache().get(*this, detail::request_of(config, args, dtype_of<T>()))->forward(args);
+    const PlanRequest request = detail::request_of(config, args, dtype_of<T>());
+    plan_cache_for(request).get(*this, request)->forward(args);
 }
 
 template <typename T>
 void Variant::backward(const Config& config, const BackwardArgs<T>& args) const {
-    default_plan_cache()
-        .get(*this, detail::request_of(config, args, dtype_of<T>()))
-        ->backward(args);
+    const PlanRequest request = detail::request_of(config, args, dtype_of<T>());
+    plan_cache_for(request).get(*this, request)->backward(args);
 }
 
 }  // namespace lstm

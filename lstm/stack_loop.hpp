@@ -1,26 +1,51 @@
 #pragma once
 
 // The stack loop: everything an LSTM call does around the cell's arithmetic, written once for
-// the step engines that run on it (lstm/variants/basic.hpp's; lstm/variants/concat.hpp, the
-// worked example docs/architecture.md walks through). It walks layers, directions and time, sorts
-// the batch by length so the sequences still running at step t are the sorted rows [0, active[t])
-// (lstm/detail/ batch_order.hpp), gathers inputs and initial states into that order and scatters
-// outputs, final states and their gradients back, carves the workspace and the reserve, carries the
-// running state of rows whose sequences have ended or not yet started, and splits backward into
-// its data and weights parts. A step engine supplies only the arithmetic of one step.
+// every engine (`fused`'s team engine, lstm/variants/fused.hpp; the CUDA `basic` / `fused`
+// engine, lstm/variants/cuda_common.hpp; the step engines of `basic`, lstm/variants/basic.hpp,
+// and `concat`, lstm/variants/concat.hpp, the worked example docs/architecture.md walks through).
+// It sorts the batch by length so the sequences still running at step t are the sorted rows
+// [0, active[t]) (lstm/detail/batch_order.hpp), keeps every sequence plane compact (step t's rows
+// start at offsets[t], so a plane holds exactly the valid frames), has the input gathered and the
+// output and their gradients scattered, walks layers, directions and time, carves the workspace
+// and the reserve, and splits backward into its data and weights parts. An engine supplies the
+// arithmetic: hooks around each cell and one per step.
 //
-// Layout, host memory: the layer-0 input, every layer's output and their gradients are (T, N, W)
-// planes with rows in sorted order, so step t of a layer is rows [t N, t N + active[t]).
+// Threads: the engine runs the loop on its team (run_team hands every member the team's Crew,
+// kernels/cpu/crew.hpp; a serial or GPU engine's crew has one member). The loop meets the crew
+// after each cell's opening hook and after each step, so a step's hook may read what every
+// member wrote in the step before. A bidirectional layer may run its two directions side by
+// side, each on half of the team with its own barrier (side_by_side; the cell's `lane` says which
+// of the engine's two scratch sets it uses); the team meets after such a layer.
 //
-// The step engine E<T> (the step structs below say what each call reads and writes):
-//   E(const Config&, int64_t seq_len, int64_t batch)       constructed per call, cheap
+// Memory: the loop's row index is host memory (it reads step sizes); its planes (sorted input,
+// ping-pong, layer outputs) live where the engine's buffers do, and the engine moves sequences in
+// and out of them (gather_frames / scatter_frames), so one loop serves host and device engines.
+//
+// The engine E (a class for one element type T; ForwardCell, BackwardCell and StepTime below say
+// what each hook gets; HostEngine gives a host engine the first four lines' members):
+//   static constexpr bool kHostMemory                    buffers in host memory: the loop's row
+//                                                        index goes in the workspace; else
+//   int64_t* host_rows()                                 gives stack_row_count(T, N) int64
+//   static constexpr size_t kBoundary                    buffers carved from such a boundary
+//   gather_frames(rows, src, width, dst, ld, team)       dst (frames, ld) <- src (T, N, width)
+//   scatter_frames(rows, src, ld, width, dst, team)      dst (T, N, width) <- src, padding zeroed
+//   E(const Config&, int64_t seq_len, int64_t batch, extra...)  constructed per call, cheap
 //   void carve_workspace(Carver&) / carve_reserve(Carver&)  its own buffers, after the loop's
-//   void forward_step(const ForwardStep<T>&)                one step of one cell
-//   void backward_step(const BackwardStep<T>&)              its data part
-//   void weight_step(const WeightStep<T>&)                  its weight gradients (ADDED)
-// Steps of a cell run in order (forward: s = 0 .. T-1, backward and weights: s = T-1 .. 0), cells
-// in order (layer, then direction); a split backward calls weight_step in the order `all` does,
-// so the two give the same bits.
+//   int64_t x_stride() const                             row stride of the sorted layer-0 input
+//   bool side_by_side(int threads) const                 run a bidirectional layer's directions
+//                                                        side by side on a team of `threads`
+//   void run_team(Body body)                             body(const Crew& team) on every member
+//   begin_forward(cell, crew), forward_step(cell, step, crew), end_forward(cell, crew)
+//   begin_backward(cell, crew), backward_step(cell, step, crew), end_backward(cell, crew)
+//   input_grads(cell, team)     ADDS d(layer input) of a cell whose time loop is done (or nothing,
+//                               where backward_step adds it)
+//   begin_weights(cell, crew), weight_step(cell, step, crew), end_weights(cell, crew)
+// Forward steps run s = 0 .. T-1, backward and weight steps s = T-1 .. 0; cells in order (layer,
+// then direction) unless side by side. `all` calls weight_step right after each backward_step;
+// `weights` runs begin_weights, the weight steps and end_weights per cell on the whole team, so
+// the two give the same bits. StepEngine (below) gives the hooks to an engine that computes one
+// step at a time and lets the loop carry h and c, as basic and concat do.
 
 #include <algorithm>
 #include <cstdint>
@@ -28,7 +53,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "kernels/cpu/crew.hpp"
 #include "kernels/cpu/permute.hpp"
 #include "lstm/detail/batch_order.hpp"
 #include "lstm/detail/carve.hpp"
@@ -37,21 +64,352 @@
 
 namespace lstm {
 
+using kernels::cpu::Crew;
+
 // The time index of the s-th step a direction processes.
 inline int64_t step_time(int64_t s, int64_t seq_len, int64_t direction) {
     return direction == 0 ? s : seq_len - 1 - s;
 }
 
-// Where one cell (layer, direction) stands; every pointer is host memory.
-struct CellStep {
-    int64_t layer, direction, cell;  // cell = layer * D + direction
-    int64_t s, t;                    // the s-th step this direction takes is time t
-    int64_t rows;                    // active rows at t (a sorted prefix)
-    int64_t t_prev, rows_prev;       // the step before (s - 1) and its rows; rows_prev 0 at s 0
-    int64_t in_width;                // this layer's input features
-    CellOffsets p;                   // this cell's parameters in the flat layout
+// The call's rows, sorted by length (longest first), and the compact planes built on them; host.
+struct RowLayout {
+    const int64_t* order;    // (N) caller's row of sorted row r
+    const int64_t* active;   // (T) rows still running at step t: a sorted prefix
+    const int64_t* offsets;  // (T + 1) plane row of step t's first row; offsets[T] = frames
+    const int64_t* lengths;  // (N) length of sorted row r
+    int64_t seq_len, batch;
+
+    // Valid frames: the rows of every compact plane.
+    int64_t frames() const { return offsets[seq_len]; }
 };
 
+// int64 entries of a RowLayout's arrays for (T, N).
+inline int64_t stack_row_count(int64_t seq_len, int64_t batch) {
+    return 2 * batch + 2 * seq_len + 1;
+}
+
+// One cell (layer, direction) as the loop hands it to an engine's hooks; host memory.
+struct CellRun {
+    int64_t layer, direction, cell;  // cell = layer * D + direction
+    int64_t in_width;                // this layer's input features
+    int lane;                        // 0, or 1 for the second direction running side by side
+    CellOffsets p;                   // this cell's parameters in the flat layout
+    const RowLayout* layout;
+};
+
+template <typename T>
+struct ForwardCell : CellRun {
+    const ForwardArgs<T>* args;  // the call: params, h0, c0, hn, cn (caller's row order)
+    const T* in;                 // (frames, ld_in) the layer input
+    int64_t ld_in;
+    T* out;         // (frames, D*S) the layer output; this cell writes columns direction * S on
+    bool training;  // keep what backward reads in the engine's reserve
+};
+
+template <typename T>
+struct BackwardCell : CellRun {
+    const BackwardArgs<T>* args;  // the call: params, h0, c0, dhn, dcn, dh0, dc0, dparams
+    const T* in;                  // (frames, ld_in) the layer input (weights part only)
+    int64_t ld_in;
+    const T* out;    // (frames, D*S) this layer's output, kept by the training forward
+    const T* d_out;  // (frames, D*S) gradient w.r.t. the layer output (data part)
+    T* d_in;         // (frames, in_width) gradient w.r.t. the layer input; null: not wanted
+    bool weights;    // the weights part runs too (`all`)
+};
+
+// Where one step of a cell stands.
+struct StepTime {
+    int64_t s, t;        // the s-th step this direction takes is time t
+    int64_t rows;        // active rows at t (a sorted prefix)
+    int64_t row;         // plane row of t's first row
+    int64_t t_prev;      // the step before (s - 1); 0 at s 0
+    int64_t rows_prev;   // its rows; 0 at s 0
+    int64_t row_prev;    // its first plane row
+    int64_t frame;       // row of (cell, t) in a per-cell (L*D, T*N, ...) plane: cell T N + row
+    int64_t frame_prev;  // the same for t_prev
+};
+
+template <typename T, typename Engine>
+class StackLoop {
+public:
+    // `extra`: what the engine's constructor takes after (config, seq_len, batch).
+    template <typename... Extra>
+    StackLoop(const Config& config, int64_t seq_len, int64_t batch, Extra&&... extra)
+        : config_(config),
+          seq_len_(seq_len),
+          batch_(batch),
+          engine_(config, seq_len, batch, std::forward<Extra>(extra)...) {}
+
+    // Every layer; a training forward when args.reserve is set. Host tensors.
+    void forward(const ForwardArgs<T>& args) {
+        const bool training = args.reserve != nullptr;
+        carve_buffers(args.workspace, args.reserve);
+        make_rows(args.lengths);
+        engine_.run_team([&](const Crew& team) { forward_team(args, training, team); });
+    }
+
+    // Backward of the matching training forward: args.part picks the time loop (data), the
+    // weight gradients (weights) or both (all).
+    void backward(const BackwardArgs<T>& args) {
+        carve_buffers(args.workspace, args.reserve);
+        make_rows(args.lengths);
+        engine_.run_team([&](const Crew& team) { backward_team(args, team); });
+    }
+
+    // Points the loop's and the engine's arrays into a call's workspace and (when not null)
+    // reserve, each carved from its first Engine::kBoundary boundary. forward and backward do it
+    // first; a caller may do it before, to learn where the engine's arrays lie.
+    void carve_buffers(void* workspace, void* reserve) {
+        detail::Carver ws_carve = detail::carver_from_boundary<Engine::kBoundary>(workspace);
+        carve_workspace(ws_carve);
+        if (reserve == nullptr) return;
+        detail::Carver rs_carve = detail::carver_from_boundary<Engine::kBoundary>(reserve);
+        carve_reserve(rs_carve);
+    }
+
+    // The loop's buffers, then the engine's (also the plan's sizing, with a counting Carver).
+    // The row index is host memory: in the workspace of a host engine, else the engine's.
+    void carve_workspace(detail::Carver& carve) {
+        const int64_t frames = seq_len_ * batch_;
+        const int64_t width = std::max(engine_.x_stride(), config_.output_size());
+        int64_t* index = nullptr;
+        if constexpr (Engine::kHostMemory)
+            index = carve.take<int64_t>(stack_row_count(seq_len_, batch_));
+        else
+            index = engine_.host_rows();
+        order_ = index;
+        active_ = index ? order_ + batch_ : nullptr;
+        offsets_ = index ? active_ + seq_len_ : nullptr;
+        lengths_ = index ? offsets_ + seq_len_ + 1 : nullptr;
+        x_sorted_ = carve.take<T>(frames * engine_.x_stride());
+        ping_ = carve.take<T>(frames * width);
+        pong_ = carve.take<T>(frames * width);
+        engine_.carve_workspace(carve);
+    }
+    void carve_reserve(detail::Carver& carve) {
+        out_ = carve.take<T>(config_.num_layers * seq_len_ * batch_ * config_.output_size());
+        engine_.carve_reserve(carve);
+    }
+
+    const Engine& engine() const { return engine_; }
+
+private:
+    // The batch order, the plane offsets and each sorted row's length.
+    void make_rows(Span<const int64_t> lengths) {
+        detail::make_batch_order(lengths, seq_len_, batch_, detail::BatchOrder{order_, active_});
+        offsets_[0] = 0;
+        for (int64_t t = 0; t < seq_len_; ++t) offsets_[t + 1] = offsets_[t] + active_[t];
+        std::fill(lengths_, lengths_ + batch_, int64_t(0));
+        for (int64_t t = 0; t < seq_len_; ++t)
+            for (int64_t r = 0; r < active_[t]; ++r) ++lengths_[r];
+        rows_ = RowLayout{order_, active_, offsets_, lengths_, seq_len_, batch_};
+    }
+
+    // Layer l's output plane: the reserve keeps every layer's for backward; inference alternates
+    // two buffers.
+    T* layer_out(int64_t l, bool training) const {
+        if (training) return out_ + l * seq_len_ * batch_ * config_.output_size();
+        return l % 2 == 0 ? ping_ : pong_;
+    }
+
+    bool sides(const Crew& team) const {
+        return config_.num_directions() == 2 && engine_.side_by_side(team.size);
+    }
+
+    // The crew of direction d when the directions run side by side: the first half of the team
+    // runs direction 0, the second direction 1.
+    Crew direction_crew(const Crew& team, int64_t d) const {
+        const int half = team.size / 2;
+        return Crew{team.rank - static_cast<int>(d) * half, half, &crew_barriers_[d]};
+    }
+    static int64_t my_direction(const Crew& team) { return team.rank < team.size / 2 ? 0 : 1; }
+
+    template <typename Cell>
+    void place_cell(Cell& c, int64_t l, int64_t d, int lane) const {
+        c.layer = l;
+        c.direction = d;
+        c.cell = l * config_.num_directions() + d;
+        c.in_width = config_.layer_input_size(l);
+        c.lane = lane;
+        c.p = cell_offsets(config_, l, d);
+        c.layout = &rows_;
+    }
+
+    // Step s of direction d of cell `cell`.
+    StepTime place_step(int64_t cell, int64_t d, int64_t s) const {
+        StepTime st{};
+        st.s = s;
+        st.t = step_time(s, seq_len_, d);
+        st.rows = active_[st.t];
+        st.row = offsets_[st.t];
+        st.t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
+        st.rows_prev = s > 0 ? active_[st.t_prev] : 0;
+        st.row_prev = offsets_[st.t_prev];
+        st.frame = cell * seq_len_ * batch_ + st.row;
+        st.frame_prev = cell * seq_len_ * batch_ + st.row_prev;
+        return st;
+    }
+
+    // Everything a forward does, run by every member of the team.
+    void forward_team(const ForwardArgs<T>& args, bool training, const Crew& team) {
+        const int64_t out_width = config_.output_size();
+        engine_.gather_frames(rows_, args.x.data(), config_.input_size, x_sorted_,
+                              engine_.x_stride(), team);
+        team.sync();
+        ForwardCell<T> c{};
+        c.args = &args;
+        c.in = x_sorted_;
+        c.ld_in = engine_.x_stride();
+        c.training = training;
+        const bool side = sides(team);
+        for (int64_t l = 0; l < config_.num_layers; ++l) {
+            c.out = layer_out(l, training);
+            if (side) {
+                const int64_t d = my_direction(team);
+                place_cell(c, l, d, static_cast<int>(d));
+                forward_cell(c, direction_crew(team, d));
+                // The next layer reads both directions' output.
+                team.sync();
+            } else {
+                for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                    place_cell(c, l, d, 0);
+                    forward_cell(c, team);
+                }
+            }
+            c.in = c.out;
+            c.ld_in = out_width;
+        }
+        engine_.scatter_frames(rows_, c.out, out_width, out_width, args.y.data(), team);
+    }
+
+    void forward_cell(const ForwardCell<T>& c, const Crew& crew) {
+        engine_.begin_forward(c, crew);
+        crew.sync();
+        for (int64_t s = 0; s < seq_len_; ++s) {
+            engine_.forward_step(c, place_step(c.cell, c.direction, s), crew);
+            crew.sync();
+        }
+        engine_.end_forward(c, crew);
+    }
+
+    // Everything a backward does, run by every member of the team. The data part walks the
+    // layers top-down, each layer's d(input) feeding the one below.
+    void backward_team(const BackwardArgs<T>& args, const Crew& team) {
+        const bool data = args.part != BackwardPart::weights;
+        const bool weights = args.part != BackwardPart::data;
+        const int64_t out_width = config_.output_size();
+        // The layer-0 input is only a partner of the input-weight gradient.
+        if (weights)
+            engine_.gather_frames(rows_, args.x.data(), config_.input_size, x_sorted_,
+                                  engine_.x_stride(), team);
+        BackwardCell<T> c{};
+        c.args = &args;
+        c.weights = weights;
+        if (!data) {
+            weights_team(c, team);
+            return;
+        }
+        T* d_out = ping_;
+        T* d_in = pong_;
+        engine_.gather_frames(rows_, args.dy.data(), out_width, d_out, out_width, team);
+        // Every cell reads rows of dy and x that other members gathered, and a crew's own
+        // barrier does not wait for the rest of the team.
+        team.sync();
+        const bool side = sides(team);
+        for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
+            place_layer(c, l);
+            c.d_out = d_out;
+            c.d_in = l > 0 || !args.dx.empty() ? d_in : nullptr;
+            if (side) {
+                const int64_t d = my_direction(team);
+                place_cell(c, l, d, static_cast<int>(d));
+                backward_cell(c, direction_crew(team, d));
+                // d(input) may read every column of both directions' results.
+                team.sync();
+                for (int64_t e = 0; e < 2; ++e) {
+                    place_cell(c, l, e, static_cast<int>(e));
+                    engine_.input_grads(c, team);
+                }
+            } else {
+                for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                    place_cell(c, l, d, 0);
+                    backward_cell(c, team);
+                    engine_.input_grads(c, team);
+                }
+            }
+            team.sync();
+            std::swap(d_out, d_in);
+        }
+        if (!args.dx.empty())
+            engine_.scatter_frames(rows_, d_out, config_.input_size, config_.input_size,
+                                   args.dx.data(), team);
+    }
+
+    // The layer input and output of layer l that backward reads, from the reserve.
+    void place_layer(BackwardCell<T>& c, int64_t l) const {
+        const int64_t out_width = config_.output_size();
+        c.in = l == 0 ? x_sorted_ : layer_out(l - 1, true);
+        c.ld_in = l == 0 ? engine_.x_stride() : out_width;
+        c.out = layer_out(l, true);
+    }
+
+    void backward_cell(const BackwardCell<T>& c, const Crew& crew) {
+        // Members may still read what the crew's previous cell left (its states, its packed
+        // weights): the opening hook may overwrite them.
+        crew.sync();
+        engine_.begin_backward(c, crew);
+        crew.sync();
+        for (int64_t s = seq_len_ - 1; s >= 0; --s) {
+            const StepTime st = place_step(c.cell, c.direction, s);
+            engine_.backward_step(c, st, crew);
+            if (c.weights) engine_.weight_step(c, st, crew);
+            crew.sync();
+        }
+        engine_.end_backward(c, crew);
+    }
+
+    // BackwardPart::weights: every cell's weight gradients from what the data part left in the
+    // reserve, on the whole team, one cell after another.
+    void weights_team(BackwardCell<T>& c, const Crew& team) {
+        for (int64_t l = 0; l < config_.num_layers; ++l) {
+            place_layer(c, l);
+            for (int64_t d = 0; d < config_.num_directions(); ++d) {
+                place_cell(c, l, d, 0);
+                team.sync();
+                engine_.begin_weights(c, team);
+                team.sync();
+                for (int64_t s = seq_len_ - 1; s >= 0; --s)
+                    engine_.weight_step(c, place_step(c.cell, d, s), team);
+                engine_.end_weights(c, team);
+            }
+        }
+    }
+
+    const Config& config_;
+    int64_t seq_len_, batch_;
+    Engine engine_;
+    RowLayout rows_{};
+    int64_t* order_ = nullptr;    // (N)
+    int64_t* active_ = nullptr;   // (T)
+    int64_t* offsets_ = nullptr;  // (T + 1)
+    int64_t* lengths_ = nullptr;  // (N)
+    T* x_sorted_ = nullptr;       // (frames, x_stride) the layer-0 input, sorted
+    T* ping_ = nullptr;  // (frames, W) W = max(x_stride, D*S): inference layer output / d_out
+    T* pong_ = nullptr;  // (frames, W) the other half of the pair
+    T* out_ = nullptr;   // reserve (L, T*N, D*S): every layer's output
+    // The per-direction crews' barriers when a layer runs its directions side by side; shared by
+    // the team (the loop outlives the call's one parallel region).
+    mutable kernels::cpu::CrewBarrier crew_barriers_[2];
+};
+
+// ------------------------------------------------------------------------------------------------
+// Step engines: one step at a time, h and c carried by the loop
+// ------------------------------------------------------------------------------------------------
+
+// A step of a cell, as a step engine's calls see it.
+struct CellStep : CellRun, StepTime {};
+
+// What a step engine's calls read and write (host memory).
 template <typename T>
 struct ForwardStep : CellStep {
     const T* params;  // (param_count) flat, PyTorch order
@@ -82,238 +440,188 @@ struct WeightStep : CellStep {
     int64_t seq_len;  // T
 };
 
-template <typename T, template <typename> class Engine>
-class StackLoop {
-    // The instantiation for the other element type, which the sizing queries use.
-    template <typename, template <typename> class>
-    friend class StackLoop;
+// What an engine on host memory shares: the loop keeps its row index in the workspace, sequence
+// planes move by the team's shares of the steps, arrays start at 64-byte boundaries.
+template <typename T>
+struct HostEngine {
+    static constexpr bool kHostMemory = true;
+    static constexpr size_t kBoundary = detail::Carver::kAlignment;
 
+    // dst (frames, ld) compact <- src (T, N, width) caller order; the member's steps.
+    void gather_frames(const RowLayout& rows, const T* src, int64_t width, T* dst, int64_t ld,
+                       const Crew& team) const {
+        const kernels::cpu::BlockRange steps = team.share(rows.seq_len);
+        kernels::cpu::gather_compact(src, rows.batch, width, rows.order, rows.active, rows.offsets,
+                                     steps.begin, steps.end, dst, ld);
+    }
+    // dst (T, N, width) caller order, padded rows zeroed <- src (frames, ld) compact.
+    void scatter_frames(const RowLayout& rows, const T* src, int64_t ld, int64_t width, T* dst,
+                        const Crew& team) const {
+        const kernels::cpu::BlockRange steps = team.share(rows.seq_len);
+        kernels::cpu::scatter_compact(src, ld, rows.batch, width, rows.order, rows.active,
+                                      rows.offsets, steps.begin, steps.end, dst);
+    }
+};
+
+// The loop's hooks for a step engine S, serial: S(config, T, N), carve_workspace/carve_reserve,
+// forward_step(const ForwardStep<T>&), backward_step(const BackwardStep<T>&) and
+// weight_step(const WeightStep<T>&) ADDING into dparams. The hooks carry h and c (running, sorted
+// rows) between steps, gather the initial states and scatter the final ones and their gradients.
+template <typename T, typename S>
+class StepEngine : public HostEngine<T> {
 public:
-    StackLoop(const Config& config, int64_t seq_len, int64_t batch)
-        : config_(config), seq_len_(seq_len), batch_(batch), engine_(config, seq_len, batch) {}
+    StepEngine(const Config& config, int64_t seq_len, int64_t batch)
+        : config_(config), batch_(batch), seq_len_(seq_len), step_(config, seq_len, batch) {}
 
-    // Bytes of workspace and reserve: the loop's, then the engine's.
-    static size_t workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                  int64_t batch) {
-        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
-            StackLoop<decltype(element), Engine> loop(config, seq_len, batch);
-            loop.carve_workspace(carve);
-        });
-    }
-    static size_t reserve_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) {
-        return detail::carved_bytes(dtype, [&](detail::Carver& carve, auto element) {
-            StackLoop<decltype(element), Engine> loop(config, seq_len, batch);
-            loop.carve_reserve(carve);
-        });
+    int64_t x_stride() const { return config_.input_size; }
+    bool side_by_side(int) const { return false; }
+    template <typename Body>
+    void run_team(Body&& body) {
+        body(Crew::alone());
     }
 
-    // Every layer; a training forward when args.reserve is set. Host tensors.
-    void forward(const ForwardArgs<T>& args) {
-        detail::Carver ws_carve(args.workspace);
-        carve_workspace(ws_carve);
-        const bool training = args.reserve != nullptr;
-        if (training) {
-            detail::Carver rs_carve(args.reserve);
-            carve_reserve(rs_carve);
-        }
-        detail::make_batch_order(args.lengths, seq_len_, batch_, batch_order_);
-        kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
-                                   batch_order_.order, batch_order_.active, x_sorted_);
-        const int64_t hidden = config_.hidden_size, out_width = config_.output_size();
-        const int64_t hs = config_.state_size();
-        const T* layer_in = x_sorted_;
-        T* layer_out = nullptr;
-        for (int64_t l = 0; l < config_.num_layers; ++l) {
-            layer_out =
-                training ? out_ + l * seq_len_ * batch_ * out_width : (l % 2 == 0 ? ping_ : pong_);
-            for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                gather_cell(args.h0, l, d, hs, h_);
-                gather_cell(args.c0, l, d, hidden, c_);
-                ForwardStep<T> step{};
-                step.params = args.params.data();
-                step.out_width = out_width;
-                step.h = h_;
-                step.c = c_;
-                step.training = training;
-                for (int64_t s = 0; s < seq_len_; ++s) {
-                    place(step, l, d, s);
-                    const int64_t row = step.t * batch_;
-                    step.x = layer_in + row * step.in_width;
-                    step.out = layer_out + row * out_width + d * hs;
-                    engine_.forward_step(step);
-                }
-                scatter_cell(h_, l, d, hs, args.hn);
-                scatter_cell(c_, l, d, hidden, args.cn);
-            }
-            layer_in = layer_out;
-        }
-        kernels::cpu::scatter_steps(layer_out, seq_len_, batch_, out_width, batch_order_.order,
-                                    batch_order_.active, args.y.data());
-    }
-
-    // Backward of the matching training forward: args.part picks the time loop (data), the
-    // weight gradients (weights) or both (all).
-    void backward(const BackwardArgs<T>& args) {
-        const bool data = args.part != BackwardPart::weights;
-        const bool weights = args.part != BackwardPart::data;
-        detail::Carver ws_carve(args.workspace);
-        carve_workspace(ws_carve);
-        detail::Carver rs_carve(args.reserve);
-        carve_reserve(rs_carve);
-        detail::make_batch_order(args.lengths, seq_len_, batch_, batch_order_);
-        // The layer-0 input is only a partner of the input-weight gradient.
-        if (weights)
-            kernels::cpu::gather_steps(args.x.data(), seq_len_, batch_, config_.input_size,
-                                       batch_order_.order, batch_order_.active, x_sorted_);
-        const int64_t hidden = config_.hidden_size, out_width = config_.output_size();
-        const int64_t hs = config_.state_size();
-        if (!data) {
-            for (int64_t l = 0; l < config_.num_layers; ++l)
-                for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                    gather_cell(args.h0, l, d, hs, h_init_);
-                    for (int64_t s = seq_len_ - 1; s >= 0; --s) weight_step(args, l, d, s);
-                }
-            return;
-        }
-        // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
-        T* d_out = ping_;
-        T* d_in = pong_;
-        kernels::cpu::gather_steps(args.dy.data(), seq_len_, batch_, out_width, batch_order_.order,
-                                   batch_order_.active, d_out);
-        for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
-            const int64_t in_width = config_.layer_input_size(l);
-            const bool want_d_in = l > 0 || !args.dx.empty();
-            if (want_d_in) std::fill(d_in, d_in + seq_len_ * batch_ * in_width, T(0));
-            for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                // Initial states rebuild h_{t-1} / c_{t-1} of each sequence's first step.
-                if (weights) gather_cell(args.h0, l, d, hs, h_init_);
-                gather_cell(args.c0, l, d, hidden, c_init_);
-                gather_cell(args.dhn, l, d, hs, h_);
-                gather_cell(args.dcn, l, d, hidden, c_);
-                BackwardStep<T> step{};
-                step.params = args.params.data();
-                step.out_width = out_width;
-                step.dh = h_;
-                step.dc = c_;
-                step.c_init = c_init_;
-                for (int64_t s = seq_len_ - 1; s >= 0; --s) {
-                    place(step, l, d, s);
-                    const int64_t row = step.t * batch_;
-                    step.d_out = d_out + row * out_width + d * hs;
-                    step.d_in = want_d_in ? d_in + row * in_width : nullptr;
-                    engine_.backward_step(step);
-                    if (weights) weight_step(args, l, d, s);
-                }
-                scatter_cell(h_, l, d, hs, args.dh0);
-                scatter_cell(c_, l, d, hidden, args.dc0);
-            }
-            std::swap(d_out, d_in);
-        }
-        if (!args.dx.empty())
-            kernels::cpu::scatter_steps(d_out, seq_len_, batch_, config_.input_size,
-                                        batch_order_.order, batch_order_.active, args.dx.data());
-    }
-
-    // The layer outputs a training forward keeps: (L, T, N, D*S), sorted rows.
-    const T* layer_outputs() const { return out_; }
-
-private:
     void carve_workspace(detail::Carver& carve) {
-        const int64_t hidden = config_.hidden_size;
-        const int64_t width = std::max(config_.input_size, config_.output_size());
-        batch_order_.order = carve.take<int64_t>(batch_);
-        batch_order_.active = carve.take<int64_t>(seq_len_);
-        x_sorted_ = carve.take<T>(seq_len_ * batch_ * config_.input_size);
-        ping_ = carve.take<T>(seq_len_ * batch_ * width);
-        pong_ = carve.take<T>(seq_len_ * batch_ * width);
         // Every state buffer is N * H: S <= H, so they fit the projected width too.
         for (T** state : {&h_, &c_, &h_prev_, &h_init_, &c_init_})
-            *state = carve.take<T>(batch_ * hidden);
-        engine_.carve_workspace(carve);
+            *state = carve.take<T>(batch_ * config_.hidden_size);
+        step_.carve_workspace(carve);
+    }
+    void carve_reserve(detail::Carver& carve) { step_.carve_reserve(carve); }
+
+    void begin_forward(const ForwardCell<T>& c, const Crew&) {
+        gather_cell(c, c.args->h0, config_.state_size(), h_);
+        gather_cell(c, c.args->c0, config_.hidden_size, c_);
+    }
+    void forward_step(const ForwardCell<T>& c, const StepTime& st, const Crew&) {
+        ForwardStep<T> f{};
+        static_cast<CellRun&>(f) = c;
+        static_cast<StepTime&>(f) = st;
+        f.params = c.args->params.data();
+        f.x = c.in + st.row * c.ld_in;
+        f.out_width = config_.output_size();
+        f.out = c.out + st.row * f.out_width + c.direction * config_.state_size();
+        f.h = h_;
+        f.c = c_;
+        f.training = c.training;
+        step_.forward_step(f);
+    }
+    void end_forward(const ForwardCell<T>& c, const Crew&) {
+        scatter_cell(c, h_, config_.state_size(), c.args->hn);
+        scatter_cell(c, c_, config_.hidden_size, c.args->cn);
     }
 
-    void carve_reserve(detail::Carver& carve) {
-        out_ = carve.take<T>(config_.num_layers * seq_len_ * batch_ * config_.output_size());
-        engine_.carve_reserve(carve);
+    void begin_backward(const BackwardCell<T>& c, const Crew&) {
+        // d(layer input) sums over the steps of both directions.
+        if (c.direction == 0 && c.d_in)
+            std::fill(c.d_in, c.d_in + c.layout->frames() * c.in_width, T(0));
+        // Initial states rebuild h_{t-1} / c_{t-1} of each sequence's first step.
+        if (c.weights) gather_cell(c, c.args->h0, config_.state_size(), h_init_);
+        gather_cell(c, c.args->c0, config_.hidden_size, c_init_);
+        gather_cell(c, c.args->dhn, config_.state_size(), h_);
+        gather_cell(c, c.args->dcn, config_.hidden_size, c_);
     }
-
-    // Fills the CellStep part of `step` for step s of direction d of layer l.
-    void place(CellStep& step, int64_t l, int64_t d, int64_t s) const {
-        step.layer = l;
-        step.direction = d;
-        step.cell = l * config_.num_directions() + d;
-        step.s = s;
-        step.t = step_time(s, seq_len_, d);
-        step.rows = batch_order_.active[step.t];
-        step.t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
-        step.rows_prev = s > 0 ? batch_order_.active[step.t_prev] : 0;
-        step.in_width = config_.layer_input_size(l);
-        step.p = cell_offsets(config_, l, d);
+    void backward_step(const BackwardCell<T>& c, const StepTime& st, const Crew&) {
+        BackwardStep<T> b{};
+        static_cast<CellRun&>(b) = c;
+        static_cast<StepTime&>(b) = st;
+        b.params = c.args->params.data();
+        b.out_width = config_.output_size();
+        b.d_out = c.d_out + st.row * b.out_width + c.direction * config_.state_size();
+        b.d_in = c.d_in ? c.d_in + st.row * c.in_width : nullptr;
+        b.dh = h_;
+        b.dc = c_;
+        b.c_init = c_init_;
+        step_.backward_step(b);
     }
+    void end_backward(const BackwardCell<T>& c, const Crew&) {
+        scatter_cell(c, h_, config_.state_size(), c.args->dh0);
+        scatter_cell(c, c_, config_.hidden_size, c.args->dc0);
+    }
+    // backward_step added d(layer input) step by step.
+    void input_grads(const BackwardCell<T>&, const Crew&) {}
 
+    void begin_weights(const BackwardCell<T>& c, const Crew&) {
+        gather_cell(c, c.args->h0, config_.state_size(), h_init_);
+    }
+    // h_{t-1} of the active rows from the kept layer output (rows that ran the step before) and
+    // h_init_ (rows starting here).
+    void weight_step(const BackwardCell<T>& c, const StepTime& st, const Crew&) {
+        const int64_t hs = config_.state_size(), out_width = config_.output_size();
+        const T* prev = c.out + st.row_prev * out_width + c.direction * hs;
+        for (int64_t r = 0; r < st.rows; ++r) {
+            const T* src = r < st.rows_prev ? prev + r * out_width : h_init_ + r * hs;
+            std::memcpy(h_prev_ + r * hs, src, sizeof(T) * hs);
+        }
+        WeightStep<T> w{};
+        static_cast<CellRun&>(w) = c;
+        static_cast<StepTime&>(w) = st;
+        w.dparams = c.args->dparams.data();
+        w.x = c.in + st.row * c.ld_in;
+        w.h_prev = h_prev_;
+        w.seq_len = seq_len_;
+        step_.weight_step(w);
+    }
+    void end_weights(const BackwardCell<T>&, const Crew&) {}
+
+private:
     // dst (N, width) sorted <- this cell's slice of an (L*D, N, width) state tensor (zeros when
     // it is empty).
     template <typename V>
-    void gather_cell(const V& state, int64_t l, int64_t d, int64_t width, T* dst) const {
-        const int64_t cell = l * config_.num_directions() + d;
-        kernels::cpu::gather_rows(state.empty() ? nullptr : state.data() + cell * batch_ * width,
-                                  batch_, width, batch_order_.order, dst);
+    void gather_cell(const CellRun& c, const V& state, int64_t width, T* dst) const {
+        kernels::cpu::gather_rows(state.empty() ? nullptr : state.data() + c.cell * batch_ * width,
+                                  batch_, width, c.layout->order, dst);
     }
 
     // This cell's slice of an (L*D, N, width) state tensor <- src (N, width) sorted, back in the
     // caller's row order; nothing when the tensor is empty (not wanted).
-    void scatter_cell(const T* src, int64_t l, int64_t d, int64_t width,
+    void scatter_cell(const CellRun& c, const T* src, int64_t width,
                       const TensorView<T>& state) const {
         if (state.empty()) return;
-        const int64_t cell = l * config_.num_directions() + d;
-        kernels::cpu::scatter_rows(src, batch_, width, batch_order_.order,
-                                   state.data() + cell * batch_ * width);
-    }
-
-    // Step s of the weight gradients of direction d of layer l: h_{t-1} of the active rows from
-    // the kept layer outputs (rows that ran the step before) and h_init_ (rows starting here).
-    void weight_step(const BackwardArgs<T>& args, int64_t l, int64_t d, int64_t s) {
-        const int64_t hs = config_.state_size(), out_width = config_.output_size();
-        WeightStep<T> step{};
-        place(step, l, d, s);
-        const T* out = out_ + l * seq_len_ * batch_ * out_width + d * hs;
-        const T* prev = out + step.t_prev * batch_ * out_width;
-        for (int64_t r = 0; r < step.rows; ++r) {
-            const T* src = r < step.rows_prev ? prev + r * out_width : h_init_ + r * hs;
-            std::memcpy(h_prev_ + r * hs, src, sizeof(T) * hs);
-        }
-        const T* layer_in = l == 0 ? x_sorted_ : out_ + (l - 1) * seq_len_ * batch_ * out_width;
-        step.dparams = args.dparams.data();
-        step.x = layer_in + step.t * batch_ * step.in_width;
-        step.h_prev = h_prev_;
-        step.seq_len = seq_len_;
-        engine_.weight_step(step);
+        kernels::cpu::scatter_rows(src, batch_, width, c.layout->order,
+                                   state.data() + c.cell * batch_ * width);
     }
 
     const Config& config_;
-    int64_t seq_len_, batch_;
-    Engine<T> engine_;
-    detail::BatchOrder batch_order_{};
-    T* x_sorted_ = nullptr;  // (T, N, I) the layer-0 input, sorted
-    T* ping_ = nullptr;      // (T, N, W) W = max(I, D*S): inference layer output / backward d_out
-    T* pong_ = nullptr;      // (T, N, W) the other half of the pair
-    T* h_ = nullptr;         // (N, S) running h (forward) / gradient carried into h (backward)
-    T* c_ = nullptr;         // (N, H) running c / gradient carried into c
-    T* h_prev_ = nullptr;    // (N, S) weights: h_{t-1} of the active rows
-    T* h_init_ = nullptr;    // (N, S) backward: this cell's h0, sorted
-    T* c_init_ = nullptr;    // (N, H) backward: this cell's c0, sorted
-    T* out_ = nullptr;       // reserve (L, T, N, D*S): every layer's output
+    int64_t batch_, seq_len_;
+    S step_;
+    T* h_ = nullptr;       // (N, S) running h (forward) / gradient carried into h (backward)
+    T* c_ = nullptr;       // (N, H) running c / gradient carried into c
+    T* h_prev_ = nullptr;  // (N, S) weights: h_{t-1} of the active rows
+    T* h_init_ = nullptr;  // (N, S) backward: this cell's h0, sorted
+    T* c_init_ = nullptr;  // (N, H) backward: this cell's c0, sorted
 };
+
+// ------------------------------------------------------------------------------------------------
+// Plans
+// ------------------------------------------------------------------------------------------------
+
+// Bytes of the workspace (or, with `reserve`, the reserve) of the stack loop on EngineFor<T>, T
+// the dtype's element type.
+template <template <typename> class EngineFor>
+size_t stack_buffer_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch,
+                          bool reserve) {
+    return detail::carved_bytes_from_boundary<EngineFor<float>::kBoundary>(
+        dtype, [&](detail::Carver& carve, auto e) {
+            using E = decltype(e);
+            StackLoop<E, EngineFor<E>> loop(config, seq_len, batch);
+            if (reserve)
+                loop.carve_reserve(carve);
+            else
+                loop.carve_workspace(carve);
+        });
+}
 
 // The plan of a step engine's variant: the stack loop's sizes, and the loop run on the engine in
 // the dtype of the call.
-template <template <typename> class Engine>
+template <template <typename> class Step>
 class StackPlan final : public Plan {
 public:
+    template <typename T>
+    using Engine = StepEngine<T, Step<T>>;
+
     StackPlan(const Variant& variant, const PlanRequest& r)
-        : Plan(variant, r,
-               StackLoop<float, Engine>::workspace_bytes(r.config, r.dtype, r.seq_len, r.batch),
-               StackLoop<float, Engine>::reserve_bytes(r.config, r.dtype, r.seq_len, r.batch)) {}
+        : Plan(variant, r, stack_buffer_bytes<Engine>(r.config, r.dtype, r.seq_len, r.batch, false),
+               stack_buffer_bytes<Engine>(r.config, r.dtype, r.seq_len, r.batch, true)) {}
 
 protected:
     void run_forward(const ForwardArgs<float>& a) const override { loop(a.x).forward(a); }
@@ -324,8 +632,8 @@ protected:
 private:
     // x (T, N, I), host.
     template <typename T>
-    StackLoop<T, Engine> loop(const TensorView<const T>& x) const {
-        return StackLoop<T, Engine>(config(), x.size(0), x.size(1));
+    StackLoop<T, Engine<T>> loop(const TensorView<const T>& x) const {
+        return StackLoop<T, Engine<T>>(config(), x.size(0), x.size(1));
     }
 };
 
@@ -335,26 +643,24 @@ private:
 //   static std::optional<std::string> supports(const Config&);  why not, or nullopt
 //   static std::string describe();                               what it runs, for reports
 //   using Cell = ...;      its element-wise cell (kernels/common/gates.hpp), which the oracle reads
-template <template <typename> class Engine>
+template <template <typename> class Step>
 class EngineVariant final : public Variant {
 public:
-    const char* name() const override { return Engine<float>::kName; }
+    const char* name() const override { return Step<float>::kName; }
     Device device() const override { return Device::cpu; }
     std::optional<std::string> supports(const Config& config, DType) const override {
-        return Engine<float>::supports(config);
+        return Step<float>::supports(config);
     }
     // The stack loop runs the weights part from what the data part left (see WeightStep).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
-    std::string describe_path(const std::string&) const override {
-        return Engine<float>::describe();
-    }
+    std::string describe_path(const std::string&) const override { return Step<float>::describe(); }
     const CellFunctions& cell() const override {
-        return cell_functions<typename Engine<float>::Cell>();
+        return cell_functions<typename Step<float>::Cell>();
     }
 
 protected:
     std::unique_ptr<Plan> build_plan(const PlanRequest& request) const override {
-        return std::make_unique<StackPlan<Engine>>(*this, request);
+        return std::make_unique<StackPlan<Step>>(*this, request);
     }
 };
 

@@ -1,9 +1,9 @@
 #pragma once
 
-// The CUDA `basic` and `fused` time loop (lstm/variants/cuda_common.hpp) run on the host: a
-// backend that executes the kernel bodies of kernels/cuda/lstm_ops.hpp over their grids in plain
-// loops and the cuBLAS GEMMs as naive loops. tests/cuda_lstm_host_test.cpp checks it against the
-// reference; tests/bit_baseline_test.cpp records its bits.
+// The CUDA `basic` and `fused` engine on the stack loop (lstm/variants/cuda_common.hpp) run on the
+// host: a backend that executes the kernel bodies of kernels/cuda/lstm_ops.hpp over their grids in
+// plain loops and the cuBLAS GEMMs as naive loops. tests/cuda_lstm_host_test.cpp checks it against
+// the reference; tests/bit_baseline_test.cpp records its bits.
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -73,6 +73,7 @@ struct Emulation {
     char* reserve = nullptr;    // reserve_storage + offsets.reserve
     size_t ws_bytes = 0, rs_bytes = 0;
     std::vector<int64_t> staging;  // the host FrameIndex (the pinned staging area on the GPU)
+    std::vector<int64_t> rows;     // the stack loop's row index (the plan's host memory on the GPU)
     cuda::FrameIndex host{};
     HostBackend<T> backend;
 
@@ -89,15 +90,17 @@ struct Emulation {
         staging.assign(cuda::frame_index_count(c.in.seq_len, c.in.batch), -1);
         host = cuda::carve_frame_index(staging.data(), c.in.seq_len, c.in.batch);
         cuda::make_frame_index(Span<const int64_t>(c.in.lengths), c.in.seq_len, c.in.batch, host);
+        rows.assign(static_cast<size_t>(stack_row_count(c.in.seq_len, c.in.batch)), -1);
         // The upload: the workspace's index block receives the staging area.
-        const cuda::Workspace<T> ws =
-            cuda::workspace_in<T>(workspace, cfg, c.in.seq_len, c.in.batch);
-        std::memcpy(ws.index, staging.data(), staging.size() * sizeof(int64_t));
+        cuda::CudaLoop<T, HostBackend<T>> carved = loop();
+        carved.carve_buffers(workspace, nullptr);
+        std::memcpy(carved.engine().workspace().index, staging.data(),
+                    staging.size() * sizeof(int64_t));
     }
 
-    cuda::Loop<T, HostBackend<T>> loop() {
-        return cuda::Loop<T, HostBackend<T>>(style, c.in.config, c.in.seq_len, c.in.batch, host,
-                                             backend);
+    cuda::CudaLoop<T, HostBackend<T>> loop() {
+        return cuda::CudaLoop<T, HostBackend<T>>(c.in.config, c.in.seq_len, c.in.batch, style,
+                                                 &backend, rows.data());
     }
 };
 

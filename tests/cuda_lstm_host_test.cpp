@@ -1,9 +1,9 @@
-// The CUDA `basic` and `fused` variants without a GPU: their shared time loop
+// The CUDA `basic` and `fused` variants without a GPU: their engine on the stack loop
 // (lstm/variants/cuda_common.hpp) runs here on a host backend that executes the very kernel
 // bodies of kernels/cuda/lstm_ops.hpp over their grids in plain loops and does the cuBLAS GEMMs
 // as naive loops, and is compared with the double reference. Also the host-side pieces: the
 // length sort and compact offsets that are uploaded, workspace / reserve sizing against carving,
-// plan keys and call signatures.
+// call signatures.
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -204,22 +204,22 @@ TEST_CASE("cuda workspace and reserve: sizes are what carving takes, arrays disj
         constexpr size_t slack = lstm::detail::kDeviceAlignment - 1;
         char* const base = reinterpret_cast<char*>(uintptr_t(1) << 20);
         lstm::detail::Carver wc(base), rc(base);
-        const auto ws = cuda::carve_workspace<float>(wc, config, seq_len, batch);
-        const auto rs = cuda::carve_reserve<float>(rc, config, seq_len, batch);
+        cuda::CudaLoop<float, cuda::SizingBackend> loop(config, seq_len, batch);
+        loop.carve_workspace(wc);
+        loop.carve_reserve(rc);
+        const cuda::Workspace<float>& ws = loop.engine().workspace();
+        const cuda::Reserve<float>& rs = loop.engine().reserve();
         CHECK(wc.bytes() + slack == ws_bytes);
         CHECK(rc.bytes() + slack == rs_bytes);
         const int64_t frames = seq_len * batch, H = config.hidden_size;
         const int64_t Hs = config.state_size(), P = config.proj_size;
-        const int64_t W = std::max(config.input_size, config.output_size());
         struct Range {
             const void* p;
             size_t bytes;
         };
+        // The engine's arrays (the stack loop's own come before them).
         std::vector<Range> ranges = {
             {ws.index, sizeof(int64_t) * cuda::frame_index_count(seq_len, batch)},
-            {ws.x_c, sizeof(float) * frames * config.input_size},
-            {ws.ping, sizeof(float) * frames * W},
-            {ws.pong, sizeof(float) * frames * W},
             {ws.ones, sizeof(float) * frames}};
         for (int64_t d = 0; d < config.num_directions(); ++d) {
             ranges.push_back({ws.gates[d], sizeof(float) * frames * 4 * H});
@@ -321,24 +321,25 @@ TEST_CASE(
                 void* p = reinterpret_cast<void*>(base);
                 const uintptr_t start =
                     base + lstm::detail::padding_to_boundary(base, lstm::detail::kDeviceAlignment);
-                if (dtype == DType::f32) {
-                    const auto ws = cuda::workspace_in<float>(p, config, seq_len, batch);
-                    const auto rs = cuda::reserve_in<float>(p, config, seq_len, batch);
+                auto relative = [&](const auto& engine) {
+                    const auto& ws = engine.workspace();
+                    const auto& rs = engine.reserve();
                     return std::vector<uintptr_t>{reinterpret_cast<uintptr_t>(ws.index) - start,
                                                   reinterpret_cast<uintptr_t>(ws.ones) - start,
-                                                  reinterpret_cast<uintptr_t>(rs.out) - start,
+                                                  reinterpret_cast<uintptr_t>(rs.gates) - start,
                                                   reinterpret_cast<uintptr_t>(rs.h_prev) - start};
+                };
+                if (dtype == DType::f32) {
+                    cuda::CudaLoop<float, cuda::SizingBackend> loop(config, seq_len, batch);
+                    loop.carve_buffers(p, p);
+                    return relative(loop.engine());
                 }
-                const auto ws = cuda::workspace_in<double>(p, config, seq_len, batch);
-                const auto rs = cuda::reserve_in<double>(p, config, seq_len, batch);
-                return std::vector<uintptr_t>{reinterpret_cast<uintptr_t>(ws.index) - start,
-                                              reinterpret_cast<uintptr_t>(ws.ones) - start,
-                                              reinterpret_cast<uintptr_t>(rs.out) - start,
-                                              reinterpret_cast<uintptr_t>(rs.h_prev) - start};
+                cuda::CudaLoop<double, cuda::SizingBackend> loop(config, seq_len, batch);
+                loop.carve_buffers(p, p);
+                return relative(loop.engine());
             };
             const std::vector<uintptr_t> want = ends(aligned);
-            CHECK(want[0] == 0);
-            CHECK(want[2] == 0);
+            for (uintptr_t at : want) CHECK(at % lstm::detail::Carver::kAlignment == 0);
             for (uintptr_t offset : {1, 4, 8, 16, 64, 100, 255}) {
                 INFO("base offset " << offset);
                 const uintptr_t base = aligned + offset;
@@ -351,11 +352,13 @@ TEST_CASE(
                     lstm::detail::carver_from_boundary<lstm::detail::kDeviceAlignment>(
                         reinterpret_cast<void*>(base));
                 if (dtype == DType::f32) {
-                    cuda::carve_workspace<float>(wc, config, seq_len, batch);
-                    cuda::carve_reserve<float>(rc, config, seq_len, batch);
+                    cuda::CudaLoop<float, cuda::SizingBackend> loop(config, seq_len, batch);
+                    loop.carve_workspace(wc);
+                    loop.carve_reserve(rc);
                 } else {
-                    cuda::carve_workspace<double>(wc, config, seq_len, batch);
-                    cuda::carve_reserve<double>(rc, config, seq_len, batch);
+                    cuda::CudaLoop<double, cuda::SizingBackend> loop(config, seq_len, batch);
+                    loop.carve_workspace(wc);
+                    loop.carve_reserve(rc);
                 }
                 const uintptr_t start = aligned + lstm::detail::kDeviceAlignment;
                 CHECK(start + wc.bytes() <= base + ws_bytes);
@@ -451,27 +454,7 @@ TEST_CASE("cuda graphs: LSTM_CUDA_GRAPHS=0 turns them off by default, other valu
 }
 #endif
 
-TEST_CASE("cuda plan keys and call signatures", "[cuda_host]") {
-    const Config a{3, 5, 2, true};
-    const std::string k = cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 3);
-    CHECK(k == "cuda_fused/forward_training/I3/H5/L2/D2/P0/B1/T7/N3/float32");
-    CHECK(k == cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 3));
-    const std::vector<std::string> others = {
-        cuda::plan_key(LoopStyle::basic, "forward_training", a, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_inference", a, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 2, false}, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", {4, 5, 2, true}, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 6, 2, true}, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 1, true}, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 2, true, 2}, DType::f32, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", {3, 5, 2, true, 0, false}, DType::f32,
-                       7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f64, 7, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 8, 3),
-        cuda::plan_key(LoopStyle::fused, "forward_training", a, DType::f32, 7, 4),
-    };
-    for (const std::string& o : others) CHECK(o != k);
-
+TEST_CASE("cuda call signatures", "[cuda_host]") {
     // Signatures: lengths and every pointer matter.
     std::vector<float> x(10), y(10), p(10);
     std::vector<int64_t> lengths = {7, 3, 5};

@@ -1,7 +1,7 @@
 // Host-side logic of the `cudnn` (cuda) variant, on the CPU: the weight mapping between our flat
 // buffer and cuDNN's linLayerIDs, the checks on what cuDNN reports, the coalescing of the copies
 // (on simulated cuDNN layouts, with the copies executed in host memory), workspace and reserve
-// carving, lengths, padding and plan keys. What needs cuDNN itself is in tests/gpu/cudnn_test.cpp.
+// carving, lengths and padding. What needs cuDNN itself is in tests/gpu/cudnn_test.cpp.
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -502,42 +502,6 @@ TEST_CASE("cudnn lengths, padded tails and size limits", "[cudnn_host]") {
     CHECK(cuda::cudnn_size_problem(deep, 1, max));
 }
 
-TEST_CASE("cudnn plan keys name everything a plan depends on and reuse their storage",
-          "[cudnn_host]") {
-    std::string a, b;
-    cuda::cudnn_plan_key(Config{3, 5, 2, true}, DType::f32, 10, 4, a);
-    CHECK(a == "cudnn/I3/H5/L2/D2/P0/B1/f32/T10/N4");
-    const std::vector<std::pair<Config, DType>> others = {
-        {Config{3, 5, 2, false}, DType::f32},
-        {Config{3, 5, 1, true}, DType::f32},
-        {Config{4, 5, 2, true}, DType::f32},
-        {Config{3, 6, 2, true}, DType::f32},
-        {Config{3, 5, 2, true}, DType::f64},
-        // The projection and the biases change the RNN descriptor and the weight mapping.
-        {projected({3, 5, 2, true}, 2), DType::f32},
-        {without_bias({3, 5, 2, true}), DType::f32}};
-    for (const auto& o : others) {
-        cuda::cudnn_plan_key(o.first, o.second, 10, 4, b);
-        CHECK(b != a);
-    }
-    cuda::cudnn_plan_key(Config{3, 5, 2, true}, DType::f32, 11, 4, b);
-    CHECK(b != a);
-    cuda::cudnn_plan_key(Config{3, 5, 2, true}, DType::f32, 10, 5, b);
-    CHECK(b != a);
-    // The weights key ignores T and N and differs from every shape key.
-    std::string w1, w2;
-    cuda::cudnn_weights_key(Config{3, 5, 2, true}, DType::f32, w1);
-    cuda::cudnn_weights_key(Config{3, 5, 2, true}, DType::f64, w2);
-    CHECK(w1 != w2);
-    CHECK(w1 != a);
-    // A key of the same length rewrites the same storage (steady-state calls allocate nothing).
-    const char* storage = a.data();
-    const size_t capacity = a.capacity();
-    cuda::cudnn_plan_key(Config{3, 5, 2, true}, DType::f32, 12, 4, a);
-    CHECK(a.data() == storage);
-    CHECK(a.capacity() == capacity);
-}
-
 #if LSTM_WITH_CUDA && LSTM_WITH_CUDNN
 TEST_CASE("cudnn variant: registered, answers its capabilities without a device", "[cudnn_host]") {
     const Variant& v = find_variant("cudnn", Device::cuda);
@@ -588,8 +552,7 @@ TEST_CASE("cudnn variant: registered, answers its capabilities without a device"
                           Catch::Contains("needs a CUDA device"));
     } else {
         // With a device: the sizes are the carving of cuDNN's answers.
-        const auto& cudnn = static_cast<const cuda::CudnnVariant&>(v);
-        const cuda::CudnnSizes s = cudnn.sizes(config, DType::f32, 10, 4);
+        const cuda::CudnnSizes s = cuda::cudnn_sizes(nullptr, config, DType::f32, 10, 4);
         lstm::detail::Carver w(nullptr), r(nullptr);
         cuda::carve_cudnn_workspace(w, s, 10, 4, config.input_size, sizeof(float));
         cuda::carve_cudnn_reserve(r, s);

@@ -634,8 +634,8 @@ TEST_CASE("fused: Highway gate math agrees with kernels/common/gates.hpp on ever
 
 namespace {
 
-// The Highway kernel set on one target under the variant's own time loops: what the avx2 path
-// runs, with any target in place of AVX2.
+// The Highway kernel set on one target under the variant's own stack loop and engine: what the avx2
+// path runs, with any target in place of AVX2.
 struct TargetKernels : kernels::cpu::SimdFusedKernels {
     static inline int64_t target = 0;
     TargetKernels(const kernels::cpu::FusedLayout& lay,
@@ -657,11 +657,13 @@ struct TargetVariant final : Variant {
         return fused_variant().reserve_bytes(cfg, dt, t, n);
     }
     void run_forward(const Config& cfg, const ForwardArgs<float>& a) const override {
-        cpu::fused_detail::FusedLoop<float, TargetKernels>(cfg, a.x.size(0), a.x.size(1))
+        StackLoop<float, cpu::fused_detail::FusedEngine<float, TargetKernels>>(cfg, a.x.size(0),
+                                                                               a.x.size(1))
             .forward(a);
     }
     void run_backward(const Config& cfg, const BackwardArgs<float>& a) const override {
-        cpu::fused_detail::FusedLoop<float, TargetKernels>(cfg, a.x.size(0), a.x.size(1))
+        StackLoop<float, cpu::fused_detail::FusedEngine<float, TargetKernels>>(cfg, a.x.size(0),
+                                                                               a.x.size(1))
             .backward(a);
     }
 };

@@ -69,12 +69,17 @@ struct Crew {
     // The calling thread in its whole team (call inside the parallel region).
     static Crew whole_team() { return Crew{omp_get_thread_num(), omp_get_num_threads(), nullptr}; }
 
+    // A crew of one member, outside any team: a serial engine's (lstm/stack_loop.hpp).
+    static Crew alone() { return Crew{}; }
+
     // Every member waits for all the others. The whole team meets at an OpenMP barrier (all its
-    // threads must call this, as for any barrier); a crew of one does not wait.
+    // threads must call this, as for any barrier); a crew of one does not wait, so a crew of one
+    // thread inside a caller's own parallel region never meets that region's barrier.
     void sync() const {
+        if (size == 1) return;
         if (barrier == nullptr) {
 #pragma omp barrier
-        } else if (size > 1) {
+        } else {
             barrier->arrive_and_wait(size);
         }
     }

@@ -95,40 +95,6 @@ struct FusedLayout {
     }
 };
 
-// ------------------------------------------------------------------------------------------------
-// Compact, length-sorted rows
-// ------------------------------------------------------------------------------------------------
-
-// dst (S, ld_dst) compact sorted <- src (T, N, width) original, host; columns [width, ld_dst) of
-// every row are zeroed. Rows of steps [t_begin, t_end) only, so threads can split the steps.
-template <typename T>
-void gather_compact(const T* src, int64_t batch, int64_t width, const int64_t* order,
-                    const int64_t* active, const int64_t* offsets, int64_t t_begin, int64_t t_end,
-                    T* dst, int64_t ld_dst) {
-    for (int64_t t = t_begin; t < t_end; ++t)
-        for (int64_t r = 0; r < active[t]; ++r) {
-            T* out = dst + (offsets[t] + r) * ld_dst;
-            std::memcpy(out, src + (t * batch + order[r]) * width, sizeof(T) * width);
-            std::fill(out + width, out + ld_dst, T(0));
-        }
-}
-
-// dst (T, N, width) original <- src (S, ld_src) compact sorted, host, steps [t_begin, t_end);
-// overwrites every row of those steps, padded rows with zeros.
-template <typename T>
-void scatter_compact(const T* src, int64_t ld_src, int64_t batch, int64_t width,
-                     const int64_t* order, const int64_t* active, const int64_t* offsets,
-                     int64_t t_begin, int64_t t_end, T* dst) {
-    for (int64_t t = t_begin; t < t_end; ++t)
-        for (int64_t r = 0; r < batch; ++r) {
-            T* out = dst + (t * batch + order[r]) * width;
-            if (r < active[t])
-                std::memcpy(out, src + (offsets[t] + r) * ld_src, sizeof(T) * width);
-            else
-                std::memset(out, 0, sizeof(T) * width);
-        }
-}
-
 // dst (N, Hp) sorted, units [u_begin, u_end) of every row <- src (N, H) original rows, host; a
 // null src gives zeros, and units >= H are zero (padding).
 template <typename T>

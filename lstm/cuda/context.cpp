@@ -48,11 +48,16 @@ void Context::Impl::release() noexcept {
     const detail::DeviceGuard on_device(device, std::nothrow);
     // Plans may hold graphs and descriptors that reference the handles: release them first.
     plans.clear();
+    for (std::unique_ptr<Scratch>& s : scratches) s.reset();
     if (stream) cudaStreamSynchronize(stream);
 #if LSTM_WITH_CUDNN
     if (cudnn) cudnnDestroy(cudnn);
     cudnn = nullptr;
 #endif
+    if (side_cublas_handle) cublasDestroy(side_cublas_handle);
+    side_cublas_handle = nullptr;
+    if (side_cublas_workspace) cudaFree(side_cublas_workspace);
+    side_cublas_workspace = nullptr;
     if (cublas) cublasDestroy(cublas);
     cublas = nullptr;
     if (cublas_workspace) cudaFree(cublas_workspace);
@@ -89,6 +94,27 @@ cudaEvent_t Context::Impl::event(size_t i) {
     return events[i];
 }
 
+cublasHandle_t Context::Impl::side_cublas() {
+    if (side_cublas_handle) return side_cublas_handle;
+    // The workspace is a member as soon as it exists, so release() frees it should a later step
+    // throw; the handle becomes one only once it is set up.
+    if (!side_cublas_workspace)
+        LSTM_CUDA_CHECK(cudaMalloc(&side_cublas_workspace, kCublasWorkspaceBytes));
+    cublasHandle_t handle = nullptr;
+    LSTM_CUBLAS_CHECK(cublasCreate(&handle));
+    try {
+        LSTM_CUBLAS_CHECK(cublasSetStream(handle, side_stream(0)));
+        // FP32 math, no TF32, as on the main handle.
+        LSTM_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        LSTM_CUBLAS_CHECK(cublasSetWorkspace(handle, side_cublas_workspace, kCublasWorkspaceBytes));
+    } catch (...) {
+        cublasDestroy(handle);
+        throw;
+    }
+    side_cublas_handle = handle;
+    return handle;
+}
+
 void Context::ImplDeleter::operator()(Impl* impl) const noexcept { delete impl; }
 
 Context::Context(int device) : impl_(new Impl(device)) {}
@@ -106,11 +132,18 @@ size_t Context::release_plans() {
     // Queued work may still read a plan's buffers or replay its graph.
     LSTM_CUDA_CHECK(cudaStreamSynchronize(impl.stream));
     for (cudaStream_t side : impl.side_streams) LSTM_CUDA_CHECK(cudaStreamSynchronize(side));
-    const size_t count = impl.plans.size();
+    const size_t count = plan_count();
     impl.plans.clear();
+    for (std::unique_ptr<Scratch>& s : impl.scratches) s.reset();
     return count;
 }
 
-size_t Context::plan_count() const { return impl_->plans.size(); }
+size_t Context::plan_count() const {
+    size_t count = impl_->plans.size();
+    for (const std::unique_ptr<Scratch>& s : impl_->scratches) count += s != nullptr;
+    return count;
+}
+
+PlanCache& Context::plans() const { return impl_->plans; }
 
 }  // namespace lstm::cuda

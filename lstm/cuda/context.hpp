@@ -14,6 +14,10 @@
 
 #include "lstm/cuda/link.hpp"
 
+namespace lstm {
+class PlanCache;
+}
+
 namespace lstm::cuda {
 
 class Context {
@@ -42,15 +46,18 @@ public:
     LSTM_CUDA_ENTRY bool graphs_enabled() const;
     LSTM_CUDA_ENTRY void set_graphs_enabled(bool enabled);
 
-    // Calls build a plan per shape (descriptors, scratch in device and pinned host memory, for
-    // `fused` a captured graph per set of buffer addresses) and keep it for the context's life,
-    // so that a repeated call allocates nothing. A program that keeps meeting new shapes (each
-    // batch padded to its own longest length, say) therefore keeps growing; release_plans()
-    // bounds that: it waits for the work queued on the context (its stream and side streams),
-    // then frees every plan, and returns how many it freed. The next calls rebuild what they
-    // need (with the same results). Call it between training steps, not between a forward and
-    // its backward (cuDNN's backward expects the forward's descriptors), and not while another
-    // thread uses the context. plan_count() says how many are held.
+    // Direct Variant calls made with this context keep their plans here (descriptors, scratch in
+    // device and pinned host memory, for `fused` a captured graph per set of buffer addresses),
+    // so that a repeated call allocates nothing: one lstm::PlanCache (lstm/plan_cache.hpp), the
+    // key and the bounds every plan cache has, the least recently used plan dropped first (an
+    // lstm::Lstm keeps its own plans in its own cache). release_plans() waits for the work
+    // queued on the context (its stream and side streams), then frees every plan here, and
+    // returns how many it freed. The next calls rebuild what they need (with the same results).
+    // Call it between training steps, not between a forward and its backward (cuDNN's backward
+    // expects the forward's descriptors), and not while another thread uses the context.
+    // plan_count() says how many are held. Plans of a variant you registered yourself stay here
+    // after the variant is gone: release them before destroying it.
+    LSTM_CUDA_ENTRY PlanCache& plans() const;
     LSTM_CUDA_ENTRY size_t release_plans();
     LSTM_CUDA_ENTRY size_t plan_count() const;
 

@@ -19,7 +19,7 @@ namespace {
 
 // Per-context scratch of the cross-entropy: it only grows, so repeated calls of the same or
 // smaller size allocate nothing.
-struct CrossEntropyPlan : Plan {
+struct CrossEntropyPlan : Scratch {
     Buffer device{Device::cuda};
     std::vector<unsigned char> staging;  // host mirror of the upload part
 };
@@ -63,9 +63,7 @@ double run(Context& context, int64_t rows, int64_t classes, int64_t batch, const
           " frames exceed what the cuda kernels take as a length (int32, at most ", kInt32Max, ")");
     Context::Impl& impl = context.impl();
     const detail::DeviceGuard on_device(impl.device);
-    // A key short enough for std::string's inline buffer: looking it up allocates nothing.
-    auto& plan =
-        impl.plan<CrossEntropyPlan>("loss/ce", [] { return std::make_unique<CrossEntropyPlan>(); });
+    auto& plan = impl.scratch<CrossEntropyPlan>(ScratchSlot::cross_entropy);
     const size_t weight_bytes = options.weight ? static_cast<size_t>(classes) * sizeof(T) : 0;
     const CeLayout layout = ce_layout(rows, batch, lengths != nullptr, weight_bytes);
     plan.device.reserve(layout.bytes);

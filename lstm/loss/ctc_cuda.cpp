@@ -6,10 +6,12 @@
 #include "lstm/loss/ctc_cuda.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/ctc.hpp"
@@ -31,21 +33,23 @@ namespace kc = kernels::cuda;
 struct CudnnCtcPlan;
 #endif
 
-struct CtcPlan : Plan {
+using CudnnCtcShape = std::array<int64_t, 5>;  // T, N, C, longest label, gradient or not
+
+struct CtcPlan : Scratch {
     Buffer device{Device::cuda};
     std::vector<unsigned char> staging;  // host: the upload part, then the downloaded losses
 #if LSTM_WITH_CUDNN
-    // The cuDNN plan of the last cudnn call and its shape (T, N, C, longest label, gradient or
-    // not), so that a repeated shape skips building the plan's key string (an allocation).
+    // cuDNN's plan per shape, built on first use, and the one of the last call.
+    std::vector<std::pair<CudnnCtcShape, std::unique_ptr<CudnnCtcPlan>>> cudnn_plans;
     CudnnCtcPlan* cudnn = nullptr;
-    int64_t cudnn_shape[5] = {-1, -1, -1, -1, -1};
+    CudnnCtcShape cudnn_shape = {-1, -1, -1, -1, -1};
 #endif
 };
 
 #if LSTM_WITH_CUDNN
 // cuDNN's descriptors and workspace for one shape (T, N, C, longest label, with or without the
 // gradient), built on first use.
-struct CudnnCtcPlan : Plan {
+struct CudnnCtcPlan {
     detail::TensorDescriptor probs;
     detail::TensorDescriptor grads;
     detail::CtcLossDescriptor ctc;
@@ -93,7 +97,7 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
 
     Context::Impl& impl = context.impl();
     const detail::DeviceGuard on_device(impl.device);
-    auto& plan = impl.plan<CtcPlan>("loss/ctc", [] { return std::make_unique<CtcPlan>(); });
+    auto& plan = impl.scratch<CtcPlan>(ScratchSlot::ctc);
     const kc::CtcSizes sizes = kc::ctc_sizes(p.batch, p.input_lengths, p.target_lengths);
     const kc::CtcLayout layout = kc::ctc_layout(p.max_time, p.batch, sizes);
     const size_t download = static_cast<size_t>(p.batch) * sizeof(double);
@@ -149,18 +153,20 @@ T run(Context& context, const kernels::cpu::CtcProblem<T>& p, loss::Reduction re
 #if LSTM_WITH_CUDNN
         if constexpr (std::is_same_v<T, float>) {
             const int64_t max_labels = sizes.max_states / 2;
-            const int64_t shape[5] = {p.max_time, p.batch, p.classes, max_labels,
-                                      p.grad != nullptr ? 1 : 0};
-            if (!std::equal(shape, shape + 5, plan.cudnn_shape)) {
-                const std::string key = "loss/ctc/cudnn/" + std::to_string(p.max_time) + "x" +
-                                        std::to_string(p.batch) + "x" + std::to_string(p.classes) +
-                                        "/L" + std::to_string(max_labels) +
-                                        (p.grad ? "/grad" : "/loss");
-                plan.cudnn = &impl.plan<CudnnCtcPlan>(key, [&] {
-                    return std::make_unique<CudnnCtcPlan>(impl.cudnn, p.max_time, p.batch,
-                                                          p.classes, max_labels, p.grad != nullptr);
-                });
-                std::copy(shape, shape + 5, plan.cudnn_shape);
+            const CudnnCtcShape shape = {p.max_time, p.batch, p.classes, max_labels,
+                                         p.grad != nullptr ? 1 : 0};
+            if (shape != plan.cudnn_shape) {
+                plan.cudnn = nullptr;
+                for (const auto& [known, built] : plan.cudnn_plans)
+                    if (known == shape) plan.cudnn = built.get();
+                if (plan.cudnn == nullptr) {
+                    plan.cudnn_plans.emplace_back(
+                        shape,
+                        std::make_unique<CudnnCtcPlan>(impl.cudnn, p.max_time, p.batch, p.classes,
+                                                       max_labels, p.grad != nullptr));
+                    plan.cudnn = plan.cudnn_plans.back().second.get();
+                }
+                plan.cudnn_shape = shape;
             }
             const CudnnCtcPlan& cudnn = *plan.cudnn;
             // cuDNN's costs cannot tell NaN input from an infeasible sample; the normalizer

@@ -86,7 +86,7 @@ public:
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
         const int64_t hs = config_.state_size(), proj = config_.proj_size;
-        const int64_t rows = st.rows, frame = frame_of(st);
+        const int64_t rows = st.rows, frame = st.frame;
         const CellOffsets& p = st.p;
         T* gates = st.training ? rs_gates_ + frame * gates_width : gates_;
         T* c = st.training ? rs_cell_ + frame * hidden : st.c;
@@ -119,13 +119,13 @@ public:
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
         const int64_t hs = config_.state_size(), proj = config_.proj_size;
-        const int64_t rows = st.rows, frame = frame_of(st);
+        const int64_t rows = st.rows, frame = st.frame;
         const CellOffsets& p = st.p;
         T* gates = rs_gates_ + frame * gates_width;  // activated gates in, dgates out
         const T* c = rs_cell_ + frame * hidden;
         // c_{t-1} of the active rows: the step before's for rows that ran it, c0 for the others
         // (only the reverse direction starts sequences late).
-        const T* c_before = rs_cell_ + (frame - (st.t - st.t_prev) * batch_) * hidden;
+        const T* c_before = rs_cell_ + st.frame_prev * hidden;
         for (int64_t r = 0; r < rows; ++r) {
             const T* src = r < st.rows_prev ? c_before + r * hidden : st.c_init + r * hidden;
             std::memcpy(c_prev_ + r * hidden, src, sizeof(T) * hidden);
@@ -155,7 +155,7 @@ public:
         using kernels::cpu::gemm;
         const int64_t hidden = config_.hidden_size, gates_width = 4 * hidden;
         const int64_t hs = config_.state_size(), proj = config_.proj_size;
-        const int64_t rows = st.rows, frame = frame_of(st);
+        const int64_t rows = st.rows, frame = st.frame;
         const CellOffsets& p = st.p;
         T* grads = st.dparams;
         const T* dgates = rs_gates_ + frame * gates_width;
@@ -171,9 +171,6 @@ public:
     }
 
 private:
-    // The row of (cell, t, first row) in the per-cell (L*D, T, N, ...) reserve planes.
-    int64_t frame_of(const CellStep& st) const { return (st.cell * seq_len_ + st.t) * batch_; }
-
     // Step s's share of both bias gradients (see kBiasRowChunk): the column sums of dgates
     // (rows, width) join the block of steps s belongs to, whose sum is added into db_ih and db_hh
     // once its last step (steps run from s = T - 1 down to 0) is in.

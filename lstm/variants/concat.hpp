@@ -71,10 +71,10 @@ public:
         const int64_t k = width(st), g4 = 4 * hidden_;
         if (st.s == 0) pack_weights(st.params, st);
         fill_inputs(st, st.x, st.h);
-        T* gates = st.training ? rs_gates_ + frame_of(st) * g4 : gates_;
+        T* gates = st.training ? rs_gates_ + st.frame * g4 : gates_;
         kernels::cpu::gemm(false, true, st.rows, g4, k, T(1), a_, k, w_, k, T(0), gates, g4);
         // Without a projection h goes straight to the output; with one, h_raw to its buffer.
-        T* h_raw = proj_ == 0 ? st.out : st.training ? rs_h_raw_ + frame_of(st) * hidden_ : h_raw_;
+        T* h_raw = proj_ == 0 ? st.out : st.training ? rs_h_raw_ + st.frame * hidden_ : h_raw_;
         const int64_t ld_raw = proj_ == 0 ? st.out_width : hidden_;
         for (int64_t r = 0; r < st.rows; ++r) {
             T* g = gates + r * g4;
@@ -90,7 +90,7 @@ public:
                 h_raw[r * ld_raw + j] = Cell::hidden_state(a, c[j]);
             }
             if (st.training)
-                std::memcpy(rs_cell_ + (frame_of(st) + r) * hidden_, c, sizeof(T) * hidden_);
+                std::memcpy(rs_cell_ + (st.frame + r) * hidden_, c, sizeof(T) * hidden_);
         }
         if (proj_ > 0)
             kernels::cpu::gemm(false, true, st.rows, proj_, hidden_, T(1), h_raw, hidden_,
@@ -102,11 +102,11 @@ public:
     void backward_step(const BackwardStep<T>& st) {
         const int64_t k = width(st), g4 = 4 * hidden_, in = st.in_width;
         if (st.s == seq_len_ - 1) pack_weights(st.params, st);
-        T* gates = rs_gates_ + frame_of(st) * g4;  // activated gates in, dgates out
-        const T* cells = rs_cell_ + frame_of(st) * hidden_;
-        const T* cells_before = rs_cell_ + (st.cell * seq_len_ + st.t_prev) * batch_ * hidden_;
+        T* gates = rs_gates_ + st.frame * g4;  // activated gates in, dgates out
+        const T* cells = rs_cell_ + st.frame * hidden_;
+        const T* cells_before = rs_cell_ + st.frame_prev * hidden_;
         // The total gradient reaching h_t, and with a projection the one reaching h_raw.
-        T* dh = proj_ > 0 ? rs_dh_ + frame_of(st) * hs_ : dh_;
+        T* dh = proj_ > 0 ? rs_dh_ + st.frame * hs_ : dh_;
         for (int64_t r = 0; r < st.rows; ++r)
             for (int64_t q = 0; q < hs_; ++q)
                 dh[r * hs_ + q] = st.dh[r * hs_ + q] + st.d_out[r * st.out_width + q];
@@ -149,12 +149,12 @@ public:
         const int64_t k = width(st), g4 = 4 * hidden_;
         if (st.s == seq_len_ - 1) std::fill(dw_, dw_ + g4 * k, T(0));
         fill_inputs(st, st.x, st.h_prev);
-        kernels::cpu::gemm(true, false, g4, k, st.rows, T(1), rs_gates_ + frame_of(st) * g4, g4, a_,
-                           k, T(1), dw_, k);
+        kernels::cpu::gemm(true, false, g4, k, st.rows, T(1), rs_gates_ + st.frame * g4, g4, a_, k,
+                           T(1), dw_, k);
         if (proj_ > 0)
-            kernels::cpu::gemm(true, false, proj_, hidden_, st.rows, T(1),
-                               rs_dh_ + frame_of(st) * hs_, hs_, rs_h_raw_ + frame_of(st) * hidden_,
-                               hidden_, T(1), st.dparams + st.p.weight_hr, hidden_);
+            kernels::cpu::gemm(true, false, proj_, hidden_, st.rows, T(1), rs_dh_ + st.frame * hs_,
+                               hs_, rs_h_raw_ + st.frame * hidden_, hidden_, T(1),
+                               st.dparams + st.p.weight_hr, hidden_);
         if (st.s != 0) return;
         const CellOffsets& p = st.p;
         const int64_t in = st.in_width;
@@ -172,7 +172,6 @@ public:
 private:
     // K: the columns of [x_t, h_{t-1}, 1] for this layer (no 1 without biases).
     int64_t width(const CellStep& st) const { return st.in_width + hs_ + (config_.bias ? 1 : 0); }
-    int64_t frame_of(const CellStep& st) const { return (st.cell * seq_len_ + st.t) * batch_; }
 
     // w_ (4H, K) <- [W_ih | W_hh | b_ih + b_hh] of the step's cell; params flat, host.
     void pack_weights(const T* params, const CellStep& st) {

@@ -1,6 +1,6 @@
-// The CUDA side of the `basic` and `fused` variants: the backend the shared Loop runs on (cuBLAS
-// and the kernels of kernels/cuda/lstm_kernels.cu), the per-shape plans (pinned staging of the
-// frame index, captured graphs) and the entry points.
+// The CUDA side of the `basic` and `fused` variants: the backend their engine runs on (cuBLAS and
+// the kernels of kernels/cuda/lstm_kernels.cu) and their plans (pinned staging of the frame index,
+// captured graphs), kept by a PlanCache like every plan.
 
 #include "lstm/variants/cuda_common.hpp"
 
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
+#include <type_traits>
 
 #include "kernels/cuda/lstm_kernels.hpp"
 #include "lstm/cuda/internal/check.hpp"
@@ -39,32 +40,11 @@ cublasStatus_t gemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation
     return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// A cuBLAS handle of its own for the side lane. The context's handle stays bound to the main
-// stream: cublasSetStream resets a handle's workspace to cuBLAS's pool, which may allocate during
-// graph capture, and two streams sharing one workspace would race. One per context.
-struct LanePlan : Plan {
-    cublasHandle_t handle = nullptr;
-    void* workspace = nullptr;
-
-    void init(Context::Impl& ctx) {
-        LSTM_CUBLAS_CHECK(cublasCreate(&handle));
-        LSTM_CUBLAS_CHECK(cublasSetStream(handle, ctx.side_stream(0)));
-        // FP32 math, no TF32, as on the main handle.
-        LSTM_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
-        LSTM_CUDA_CHECK(cudaMalloc(&workspace, Context::Impl::kCublasWorkspaceBytes));
-        LSTM_CUBLAS_CHECK(
-            cublasSetWorkspace(handle, workspace, Context::Impl::kCublasWorkspaceBytes));
-    }
-    ~LanePlan() override {
-        if (handle) cublasDestroy(handle);
-        if (workspace) cudaFree(workspace);
-    }
-};
-
-// Per shape and entry point: the pinned host staging of the frame index (uploaded with one async
-// copy per call) and, for the fused style, the captured graph and the schedule that decides
-// when to capture and replay it.
-struct CallPlan : Plan {
+// Per entry point of a plan (a training or an inference forward, each backward part): the pinned
+// host staging of the frame index (uploaded with one async copy per call), the host memory of
+// the stack loop's row index and, for the fused style, the captured graph and the schedule that
+// decides when to capture and replay it. Modes a caller alternates keep a graph each.
+struct CallState {
     int64_t* staging = nullptr;  // pinned host, frame_index_count(T, N) int64
     int64_t count = 0;
     cudaEvent_t uploaded = nullptr;  // the last copy out of `staging` has finished
@@ -73,9 +53,11 @@ struct CallPlan : Plan {
     cudaGraphExec_t exec = nullptr;
     GraphSchedule schedule;         // eager, capture or replay (fused only)
     std::vector<uint64_t> scratch;  // this call's signature
+    std::vector<int64_t> rows;      // the stack loop's row index (stack_row_count(T, N))
 
     void init(int64_t seq_len, int64_t batch) {
         count = frame_index_count(seq_len, batch);
+        rows.assign(static_cast<size_t>(stack_row_count(seq_len, batch)), 0);
         LSTM_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging),
                                        static_cast<size_t>(count) * sizeof(int64_t)));
         LSTM_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
@@ -85,7 +67,7 @@ struct CallPlan : Plan {
         schedule.reserve(static_cast<size_t>(batch) + pointers);
         scratch.reserve(static_cast<size_t>(batch) + pointers);
     }
-    ~CallPlan() override {
+    ~CallState() {
         if (uploaded) {
             cudaEventSynchronize(uploaded);
             cudaEventDestroy(uploaded);
@@ -95,25 +77,10 @@ struct CallPlan : Plan {
     }
 };
 
-// The plan of (style, entry, config, dtype, T, N) in the context.
-CallPlan& call_plan(Context::Impl& ctx, LoopStyle style, const char* entry, const Config& config,
-                    DType dtype, int64_t seq_len, int64_t batch) {
-    // Reused across calls so that building the key allocates nothing in steady state; keys are
-    // transient (built, looked up, dropped), so sharing the buffer within a thread is harmless.
-    thread_local std::string key;
-    write_plan_key(key, style, entry, config, dtype, seq_len, batch);
-    return ctx.plan<CallPlan>(key, [&] {
-        auto p = std::make_unique<CallPlan>();
-        p->init(seq_len, batch);
-        return p;
-    });
-}
-
 // Makes the plan's staging hold the index of `lengths` (recomputed only when they changed) and
 // queues its upload into `device_index` (device, frame_index_count int64) on the main stream.
-// Returns the host copy, which the loop reads for step sizes.
-FrameIndex stage_index(Context::Impl& ctx, CallPlan& plan, Span<const int64_t> lengths,
-                       int64_t seq_len, int64_t batch, int64_t* device_index) {
+void stage_index(Context::Impl& ctx, CallState& plan, Span<const int64_t> lengths, int64_t seq_len,
+                 int64_t batch, int64_t* device_index) {
     const FrameIndex host = carve_frame_index(plan.staging, seq_len, batch);
     const bool same = plan.indexed && plan.lengths.size() == static_cast<size_t>(lengths.size) &&
                       std::equal(lengths.begin(), lengths.end(), plan.lengths.begin());
@@ -128,11 +95,10 @@ FrameIndex stage_index(Context::Impl& ctx, CallPlan& plan, Span<const int64_t> l
                                     static_cast<size_t>(plan.count) * sizeof(int64_t),
                                     cudaMemcpyHostToDevice, ctx.stream));
     LSTM_CUDA_CHECK(cudaEventRecord(plan.uploaded, ctx.stream));
-    return host;
 }
 
-// The Loop's backend on a context: lane 0 is the context's stream and cuBLAS handle, lane 1 a
-// side stream with its own handle (LanePlan).
+// The engine's backend on a context: lane 0 is the context's stream and cuBLAS handle, lane 1 a
+// side stream with its own handle (Context::Impl::side_cublas).
 template <typename T>
 class CudaBackend {
 public:
@@ -141,14 +107,8 @@ public:
         handles_[0] = ctx.cublas;
         events_[0] = ctx.event(0);
         if (lanes > 1) {
-            // A short key: SSO, so the lookup allocates nothing.
-            LanePlan& lane = ctx.plan<LanePlan>("cuda/lane1", [&] {
-                auto p = std::make_unique<LanePlan>();
-                p->init(ctx);
-                return p;
-            });
             streams_[1] = ctx.side_stream(0);
-            handles_[1] = lane.handle;
+            handles_[1] = ctx.side_cublas();
             events_[1] = ctx.event(1);
         }
     }
@@ -188,7 +148,7 @@ private:
 // stream capture and leaves the plan with an executable graph of it: updated in place when the
 // topology allows, re-instantiated otherwise.
 template <typename Body>
-void capture(Context::Impl& ctx, CallPlan& plan, Body&& body) {
+void capture(Context::Impl& ctx, CallState& plan, Body&& body) {
     // Thread-local: another thread's unrelated CUDA calls do not invalidate this capture.
     LSTM_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;
@@ -224,7 +184,7 @@ int lanes_of(LoopStyle style, const Config& config) {
 // Runs one call of the loop: `basic`, and `fused` with the context's graphs turned off,
 // directly; otherwise eagerly, captured or replayed as the plan's GraphSchedule decides.
 template <typename Args, typename Body>
-void execute(Context::Impl& ctx, CallPlan& plan, LoopStyle style, const Args& args, Body&& body) {
+void execute(Context::Impl& ctx, CallState& plan, LoopStyle style, const Args& args, Body&& body) {
     if (style == LoopStyle::basic || !ctx.graphs) {
         body();
         return;
@@ -244,41 +204,80 @@ void execute(Context::Impl& ctx, CallPlan& plan, LoopStyle style, const Args& ar
     LSTM_CUDA_CHECK(cudaGraphLaunch(plan.exec, ctx.stream));
 }
 
+// The plan of a CUDA `basic` or `fused` variant for one (config, dtype, T, N, context): the
+// stack loop's sizes and, per entry point, the call state its first call builds.
+class LoopPlan final : public lstm::Plan {
+public:
+    LoopPlan(const Variant& variant, const PlanRequest& r, LoopStyle style)
+        : lstm::Plan(variant, r, workspace_size(r.config, r.dtype, r.seq_len, r.batch),
+                     reserve_size(r.config, r.dtype, r.seq_len, r.batch)),
+          style_(style) {}
+
+protected:
+    void run_forward(const ForwardArgs<float>& a) const override { forward_on(a); }
+    void run_forward(const ForwardArgs<double>& a) const override { forward_on(a); }
+    void run_backward(const BackwardArgs<float>& a) const override { backward_on(a); }
+    void run_backward(const BackwardArgs<double>& a) const override { backward_on(a); }
+
+private:
+    enum Entry { kTraining, kInference, kAll, kData, kWeights, kEntries };
+
+    // The call state of `entry`, built on its first call (pinned memory, an event); a plan made
+    // without a context is for sizing only, since its graphs would belong to whichever context
+    // called first.
+    CallState& state(Entry entry) const {
+        check(request().context != nullptr, "variant '", variant().name(),
+              "' (cuda): this plan was made without an lstm::cuda::Context (a sizing query); "
+              "a call needs a plan made with its context");
+        if (!states_[entry]) {
+            auto fresh = std::make_unique<CallState>();
+            fresh->init(request().seq_len, request().batch);
+            states_[entry] = std::move(fresh);
+        }
+        return *states_[entry];
+    }
+
+    template <typename T>
+    void forward_on(const ForwardArgs<T>& args) const {
+        on_call(args, args.reserve ? kTraining : kInference,
+                [&](CudaLoop<T, CudaBackend<T>>& loop) { loop.forward(args); });
+    }
+
+    template <typename T>
+    void backward_on(const BackwardArgs<T>& args) const {
+        const Entry entry = args.part == BackwardPart::all    ? kAll
+                            : args.part == BackwardPart::data ? kData
+                                                              : kWeights;
+        on_call(args, entry, [&](CudaLoop<T, CudaBackend<T>>& loop) { loop.backward(args); });
+    }
+
+    // One call of `entry`: the loop on the CUDA backend, its index uploaded, then run(loop)
+    // eagerly, captured or replayed.
+    template <typename Args, typename Run>
+    void on_call(const Args& args, Entry entry, Run&& run) const {
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(args.x.data())>>;
+        Context::Impl& ctx = args.context->impl();
+        const detail::DeviceGuard on_device(ctx.device);
+        const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
+        CallState& call = state(entry);
+        CudaBackend<T> backend(ctx, lanes_of(style_, config()));
+        CudaLoop<T, CudaBackend<T>> loop(config(), seq_len, batch, style_, &backend,
+                                         call.rows.data());
+        // Outside any capture: the upload goes before the work, as its own copy.
+        loop.carve_buffers(args.workspace, args.reserve);
+        stage_index(ctx, call, args.lengths, seq_len, batch, loop.engine().workspace().index);
+        execute(ctx, call, style_, args, [&] { run(loop); });
+    }
+
+    LoopStyle style_;
+    mutable std::unique_ptr<CallState> states_[kEntries];
+};
+
 }  // namespace
 
-template <typename T>
-void run_cuda_forward(LoopStyle style, const Config& config, const ForwardArgs<T>& args) {
-    Context::Impl& ctx = args.context->impl();
-    const detail::DeviceGuard on_device(ctx.device);
-    const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
-    const char* entry = args.reserve ? "forward_training" : "forward_inference";
-    CallPlan& plan = call_plan(ctx, style, entry, config, dtype_of<T>(), seq_len, batch);
-    const Workspace<T> ws = workspace_in<T>(args.workspace, config, seq_len, batch);
-    const FrameIndex host = stage_index(ctx, plan, args.lengths, seq_len, batch, ws.index);
-    CudaBackend<T> backend(ctx, lanes_of(style, config));
-    const Loop<T, CudaBackend<T>> loop(style, config, seq_len, batch, host, backend);
-    execute(ctx, plan, style, args, [&] { loop.forward(args); });
+std::unique_ptr<lstm::Plan> make_loop_plan(LoopStyle style, const Variant& variant,
+                                           const PlanRequest& request) {
+    return std::make_unique<LoopPlan>(variant, request, style);
 }
-
-template <typename T>
-void run_cuda_backward(LoopStyle style, const Config& config, const BackwardArgs<T>& args) {
-    Context::Impl& ctx = args.context->impl();
-    const detail::DeviceGuard on_device(ctx.device);
-    const int64_t seq_len = args.x.size(0), batch = args.x.size(1);
-    const char* entry = args.part == BackwardPart::all    ? "backward_all"
-                        : args.part == BackwardPart::data ? "backward_data"
-                                                          : "backward_weights";
-    CallPlan& plan = call_plan(ctx, style, entry, config, dtype_of<T>(), seq_len, batch);
-    const Workspace<T> ws = workspace_in<T>(args.workspace, config, seq_len, batch);
-    const FrameIndex host = stage_index(ctx, plan, args.lengths, seq_len, batch, ws.index);
-    CudaBackend<T> backend(ctx, lanes_of(style, config));
-    const Loop<T, CudaBackend<T>> loop(style, config, seq_len, batch, host, backend);
-    execute(ctx, plan, style, args, [&] { loop.backward(args); });
-}
-
-template void run_cuda_forward<float>(LoopStyle, const Config&, const ForwardArgs<float>&);
-template void run_cuda_forward<double>(LoopStyle, const Config&, const ForwardArgs<double>&);
-template void run_cuda_backward<float>(LoopStyle, const Config&, const BackwardArgs<float>&);
-template void run_cuda_backward<double>(LoopStyle, const Config&, const BackwardArgs<double>&);
 
 }  // namespace lstm::cuda

@@ -1,25 +1,14 @@
-// Entry points of the CUDA `basic` and `fused` variants: the shared loop in the variant's style.
+// The plans of the CUDA `basic` and `fused` variants: the stack loop on their engine, in the
+// variant's style.
 
 #include "lstm/variants/cuda_loop_variant.hpp"
 
 namespace lstm::cuda {
 
 template <LoopStyle Style>
-void LoopVariant<Style>::run_forward(const Config& config, const ForwardArgs<float>& args) const {
-    run_cuda_forward(Style, config, args);
-}
-template <LoopStyle Style>
-void LoopVariant<Style>::run_forward(const Config& config, const ForwardArgs<double>& args) const {
-    run_cuda_forward(Style, config, args);
-}
-template <LoopStyle Style>
-void LoopVariant<Style>::run_backward(const Config& config, const BackwardArgs<float>& args) const {
-    run_cuda_backward(Style, config, args);
-}
-template <LoopStyle Style>
-void LoopVariant<Style>::run_backward(const Config& config,
-                                      const BackwardArgs<double>& args) const {
-    run_cuda_backward(Style, config, args);
+std::unique_ptr<Plan> LoopVariant<Style>::build_plan(const PlanRequest& request) const {
+    require_sizes(request.config, request.seq_len, request.batch);
+    return make_loop_plan(Style, *this, request);
 }
 
 template class LoopVariant<LoopStyle::basic>;

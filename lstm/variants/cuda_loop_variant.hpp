@@ -1,10 +1,10 @@
 #pragma once
 
 // The CUDA `basic` and `fused` variants as one class template over the loop style: both run the
-// shared time loop of lstm/variants/cuda_common.hpp and differ only in its LoopStyle, so the
-// Variant plumbing is written once. lstm/variants/cuda_basic.hpp and cuda_fused.hpp name them and
-// say what each style does. Declared here without CUDA headers; run_forward / run_backward live
-// in cuda_loop_variant.cpp (lstm_cuda), instantiated for both styles.
+// engine of lstm/variants/cuda_common.hpp on the stack loop and differ only in its LoopStyle, so
+// the Variant plumbing is written once. lstm/variants/cuda_basic.hpp and cuda_fused.hpp name them
+// and say what each style does. Declared here without CUDA headers; build_plan lives in
+// cuda_loop_variant.cpp (lstm_cuda), instantiated for both styles.
 //
 // Precision: float and double (cublasSgemm / cublasDgemm; the kernels are templates).
 
@@ -33,23 +33,8 @@ public:
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
 protected:
-    // Variant::forward / backward size both buffers before run_forward / run_backward, so a
-    // (T, N) that cuBLAS cannot take is refused here, before any device work.
-    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                               int64_t batch) const override {
-        require_sizes(config, seq_len, batch);
-        return workspace_size(config, dtype, seq_len, batch);
-    }
-    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                             int64_t batch) const override {
-        require_sizes(config, seq_len, batch);
-        return reserve_size(config, dtype, seq_len, batch);
-    }
-
-    void run_forward(const Config& config, const ForwardArgs<float>& args) const override;
-    void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
-    void run_backward(const Config& config, const BackwardArgs<float>& args) const override;
-    void run_backward(const Config& config, const BackwardArgs<double>& args) const override;
+    // A (T, N) that cuBLAS cannot take is refused when the plan is made, before any device work.
+    std::unique_ptr<Plan> build_plan(const PlanRequest& request) const override;
 
 private:
     void require_sizes(const Config& config, int64_t seq_len, int64_t batch) const {

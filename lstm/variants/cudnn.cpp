@@ -10,8 +10,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "lstm/cuda/internal/check.hpp"
@@ -19,6 +17,7 @@
 #include "lstm/cuda/internal/cudnn_descriptor.hpp"
 #include "lstm/cuda/internal/device_guard.hpp"
 #include "lstm/cuda/runtime.hpp"
+#include "lstm/registry.hpp"
 
 namespace lstm::cuda {
 
@@ -124,7 +123,7 @@ CudnnSizes query_sizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnn,
 }
 
 // Per (config, dtype) on one context: the RNN descriptor and where cuDNN keeps each piece.
-struct WeightsPlan final : Plan {
+struct WeightsPlan {
     RnnDesc rnn;
     DType dtype = DType::f32;
     size_t weight_space = 0;
@@ -206,17 +205,10 @@ void unpack_weights(const WeightsPlan& w, const void* space, void* params, cudaS
                                         cudaMemcpyDeviceToDevice, stream));
 }
 
-WeightsPlan& weights_plan(Context::Impl& impl, const Config& config, DType dtype) {
-    thread_local std::string key;  // reused, so steady-state lookups allocate nothing
-    cudnn_weights_key(config, dtype, key);
-    return impl.plan<WeightsPlan>(
-        key, [&] { return std::make_unique<WeightsPlan>(impl.cudnn, config, dtype); });
-}
-
 // Per (config, dtype, T, N) on one context: data and state descriptors and the lengths they
 // currently describe (host and device copies).
-struct ShapePlan final : Plan {
-    WeightsPlan* weights = nullptr;  // owned by the context's plan cache, lives as long
+struct ShapePlan {
+    const WeightsPlan* weights = nullptr;  // the plan's, which outlives this
     DType dtype;
     int64_t seq_len, batch, input_size, output_size;
     RnnDataDescriptor x_desc, y_desc;
@@ -234,8 +226,8 @@ struct ShapePlan final : Plan {
     CudnnSizes need;  // cuDNN's sizes for the described lengths, on this context's device
     std::vector<PaddedTail> tails;
 
-    ShapePlan(Context::Impl& impl, const Config& config, DType dt, int64_t t, int64_t n)
-        : weights(&weights_plan(impl, config, dt)),
+    ShapePlan(const WeightsPlan& w, const Config& config, DType dt, int64_t t, int64_t n)
+        : weights(&w),
           dtype(dt),
           seq_len(t),
           batch(n),
@@ -287,12 +279,23 @@ struct ShapePlan final : Plan {
     const int32_t* dev_lengths() const { return static_cast<const int32_t*>(device_lengths.ptr); }
 };
 
-ShapePlan& shape_plan(Context::Impl& impl, const Config& config, DType dtype, int64_t seq_len,
-                      int64_t batch) {
-    thread_local std::string key;  // reused, so steady-state lookups allocate nothing
-    cudnn_plan_key(config, dtype, seq_len, batch, key);
-    return impl.plan<ShapePlan>(
-        key, [&] { return std::make_unique<ShapePlan>(impl, config, dtype, seq_len, batch); });
+// A cuDNN handle for one question (sizes asked without a context), destroyed after it.
+struct OwnHandle {
+    cudnnHandle_t handle = nullptr;
+    OwnHandle() { LSTM_CUDNN_CHECK(cudnnCreate(&handle)); }
+    OwnHandle(const OwnHandle&) = delete;
+    OwnHandle& operator=(const OwnHandle&) = delete;
+    ~OwnHandle() { cudnnDestroy(handle); }
+};
+
+// cuDNN's sizes for (config, dtype, T, N) with every sequence of length T, asked with `handle`.
+CudnnSizes full_length_sizes(cudnnHandle_t handle, const RnnDesc& rnn, const Config& config,
+                             DType dtype, int64_t seq_len, int64_t batch) {
+    RnnDataDescriptor x_desc;
+    const std::vector<int32_t> full(static_cast<size_t>(batch), static_cast<int32_t>(seq_len));
+    double fill = 0.0;  // unused for an input descriptor; large enough for either dtype
+    describe_data(x_desc.desc, dtype, seq_len, batch, config.input_size, full.data(), &fill);
+    return query_sizes(handle, rnn.rnn.desc, x_desc.desc);
 }
 
 // Zeroes `data` (device, (T, N, width), time-major) after each sequence's end: rows (t, n) for t
@@ -327,18 +330,16 @@ void check_fits(const ShapePlan& plan, const CudnnWorkspace& ws, const CudnnRese
 }
 
 template <typename T>
-void forward_impl(const CudnnVariant& variant, const Config& config, const ForwardArgs<T>& a) {
-    constexpr DType dtype = dtype_of<T>();
+void forward_impl(const Config& config, const CudnnSizes& sizes, ShapePlan& plan,
+                  const ForwardArgs<T>& a) {
     Context::Impl& impl = a.context->impl();
     const detail::DeviceGuard on_device(impl.device);
     const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
-    const CudnnSizes sizes = variant.sizes(config, dtype, seq_len, batch);
     const CudnnWorkspace ws =
         cudnn_workspace_in(a.workspace, sizes, seq_len, batch, config.input_size, sizeof(T));
     const bool training = a.reserve != nullptr;
     const CudnnReserve rs = cudnn_reserve_in(a.reserve, sizes);
 
-    ShapePlan& plan = shape_plan(impl, config, dtype, seq_len, batch);
     plan.prepare(impl, a.lengths);
     check_fits(plan, ws, training ? &rs : nullptr, training);
     pack_weights(*plan.weights, a.params.data(), ws.weights, impl.stream);
@@ -353,17 +354,15 @@ void forward_impl(const CudnnVariant& variant, const Config& config, const Forwa
 }
 
 template <typename T>
-void backward_impl(const CudnnVariant& variant, const Config& config, const BackwardArgs<T>& a) {
-    constexpr DType dtype = dtype_of<T>();
+void backward_impl(const Config& config, const CudnnSizes& sizes, ShapePlan& plan,
+                   const BackwardArgs<T>& a) {
     Context::Impl& impl = a.context->impl();
     const detail::DeviceGuard on_device(impl.device);
     const int64_t seq_len = a.x.size(0), batch = a.x.size(1);
-    const CudnnSizes sizes = variant.sizes(config, dtype, seq_len, batch);
     const CudnnWorkspace ws =
         cudnn_workspace_in(a.workspace, sizes, seq_len, batch, config.input_size, sizeof(T));
     const CudnnReserve rs = cudnn_reserve_in(a.reserve, sizes);
 
-    ShapePlan& plan = shape_plan(impl, config, dtype, seq_len, batch);
     plan.prepare(impl, a.lengths);
     check_fits(plan, ws, &rs, true);
     const WeightsPlan& w = *plan.weights;
@@ -389,18 +388,62 @@ void backward_impl(const CudnnVariant& variant, const Config& config, const Back
     }
 }
 
-}  // namespace
+// The plan of `cudnn` for one (config, dtype, T, N, context): cuDNN's sizes for full-length
+// sequences and, with a context, the weight mapping and the shape's descriptors on its device.
+// A plan made without a context (a sizing query) asks cuDNN through a handle made for the
+// question and destroyed after it, and runs nothing.
+class CudnnPlan final : public lstm::Plan {
+public:
+    CudnnPlan(const Variant& variant, const PlanRequest& r, const CudnnSizes& sizes,
+              std::unique_ptr<WeightsPlan> weights)
+        : lstm::Plan(variant, r,
+                     cudnn_workspace_size(sizes, r.seq_len, r.batch, r.config.input_size,
+                                          elem_size(r.dtype)),
+                     cudnn_reserve_size(sizes)),
+          sizes_(sizes),
+          weights_(std::move(weights)) {
+        if (weights_)
+            shape_ = std::make_unique<ShapePlan>(*weights_, r.config, r.dtype, r.seq_len, r.batch);
+    }
 
-// The variant's own cuDNN handle and cuDNN's answers per (config, dtype, T, N).
-struct CudnnVariant::Sizing {
-    std::mutex mutex;
-    cudnnHandle_t handle = nullptr;  // never destroyed (see cudnn.hpp)
-    // (I, H, L, D, P, bias, dtype, T, N)
-    std::map<std::array<int64_t, 9>, CudnnSizes> answers;
+    const CudnnSizes& sizes() const { return sizes_; }
+    // The weight mapping on the plan's context; only a plan made with one has it.
+    const WeightsPlan& weights() const {
+        check(weights_ != nullptr,
+              "variant 'cudnn' (cuda): this plan was made without an "
+              "lstm::cuda::Context (a sizing query); a call needs a plan "
+              "made with its context");
+        return *weights_;
+    }
+
+protected:
+    void run_forward(const ForwardArgs<float>& a) const override {
+        forward_impl(config(), sizes_, shape(), a);
+    }
+    void run_forward(const ForwardArgs<double>& a) const override {
+        forward_impl(config(), sizes_, shape(), a);
+    }
+    void run_backward(const BackwardArgs<float>& a) const override {
+        backward_impl(config(), sizes_, shape(), a);
+    }
+    void run_backward(const BackwardArgs<double>& a) const override {
+        backward_impl(config(), sizes_, shape(), a);
+    }
+
+private:
+    ShapePlan& shape() const {
+        weights();
+        return *shape_;
+    }
+
+    CudnnSizes sizes_;
+    std::unique_ptr<WeightsPlan> weights_;
+    // The descriptors of the lengths last described; calls update them (the plan is used by one
+    // host thread at a time, as its context is).
+    std::unique_ptr<ShapePlan> shape_;
 };
 
-CudnnVariant::CudnnVariant() : sizing_(std::make_unique<Sizing>()) {}
-CudnnVariant::~CudnnVariant() = default;
+}  // namespace
 
 std::optional<std::string> CudnnVariant::supports(const Config& config, DType dtype) const {
     // cuDNN's RNN runs fp32 (FMA math) and fp64 (default math). The recurrent projection needs
@@ -414,68 +457,46 @@ std::optional<std::string> CudnnVariant::supports(const Config& config, DType dt
     return cudnn_size_problem(config, 1, 1);
 }
 
-CudnnSizes CudnnVariant::sizes(const Config& config, DType dtype, int64_t seq_len,
-                               int64_t batch) const {
-    const std::array<int64_t, 9> key = {config.input_size,
-                                        config.hidden_size,
-                                        config.num_layers,
-                                        config.num_directions(),
-                                        config.proj_size,
-                                        config.bias ? 1 : 0,
-                                        static_cast<int64_t>(dtype),
-                                        seq_len,
-                                        batch};
-    std::lock_guard<std::mutex> lock(sizing_->mutex);
-    auto it = sizing_->answers.find(key);
-    if (it != sizing_->answers.end()) return it->second;
+std::unique_ptr<lstm::Plan> CudnnVariant::build_plan(const PlanRequest& request) const {
+    const Config& config = request.config;
+    if (auto why = cudnn_size_problem(config, request.seq_len, request.batch))
+        fail_as<Unsupported>("variant 'cudnn' (cuda) cannot run T = ", request.seq_len,
+                             ", N = ", request.batch, ": ", *why);
+    if (request.context == nullptr) {
+        return std::make_unique<CudnnPlan>(
+            *this, request,
+            cudnn_sizes(nullptr, config, request.dtype, request.seq_len, request.batch), nullptr);
+    }
+    Context::Impl& impl = request.context->impl();
+    const detail::DeviceGuard on_device(impl.device);
+    auto weights = std::make_unique<WeightsPlan>(impl.cudnn, config, request.dtype);
+    const CudnnSizes sizes = full_length_sizes(impl.cudnn, weights->rnn, config, request.dtype,
+                                               request.seq_len, request.batch);
+    return std::make_unique<CudnnPlan>(*this, request, sizes, std::move(weights));
+}
 
+CudnnSizes cudnn_sizes(Context* context, const Config& config, DType dtype, int64_t seq_len,
+                       int64_t batch) {
     config.validate();
-    if (auto why = supports(config, dtype))
-        fail_as<Unsupported>("variant 'cudnn' (cuda) cannot run this config in ", to_string(dtype),
-                             ": ", *why);
     if (auto why = cudnn_size_problem(config, seq_len, batch))
-        fail_as<Unsupported>("variant 'cudnn' (cuda) cannot run T = ", seq_len, ", N = ", batch,
-                             ": ", *why);
-    check(seq_len >= 1 && batch >= 1, "variant 'cudnn': T and N must be >= 1, got T = ", seq_len,
+        fail_as<Unsupported>("cudnn_sizes: ", *why);
+    check(seq_len >= 1 && batch >= 1, "cudnn_sizes: T and N must be >= 1, got T = ", seq_len,
           ", N = ", batch);
+    if (context != nullptr) {
+        Context::Impl& impl = context->impl();
+        const detail::DeviceGuard on_device(impl.device);
+        RnnDesc rnn;
+        describe_rnn(impl.cudnn, config, dtype, rnn);
+        return full_length_sizes(impl.cudnn, rnn, config, dtype, seq_len, batch);
+    }
     check(device_count() > 0,
           "variant 'cudnn' (cuda): workspace_bytes() and reserve_bytes() ask cuDNN, which needs "
           "a CUDA device, and this process sees none (the variant is compiled in but cannot run "
           "here)");
-    if (!sizing_->handle) LSTM_CUDNN_CHECK(cudnnCreate(&sizing_->handle));
+    const OwnHandle own;
     RnnDesc rnn;
-    describe_rnn(sizing_->handle, config, dtype, rnn);
-    RnnDataDescriptor x_desc;
-    const std::vector<int32_t> full(static_cast<size_t>(batch), static_cast<int32_t>(seq_len));
-    double fill = 0.0;  // unused for an input descriptor; large enough for either dtype
-    describe_data(x_desc.desc, dtype, seq_len, batch, config.input_size, full.data(), &fill);
-    const CudnnSizes s = query_sizes(sizing_->handle, rnn.rnn.desc, x_desc.desc);
-    sizing_->answers.emplace(key, s);
-    return s;
-}
-
-size_t CudnnVariant::run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                         int64_t batch) const {
-    const CudnnSizes s = sizes(config, dtype, seq_len, batch);
-    return cudnn_workspace_size(s, seq_len, batch, config.input_size, elem_size(dtype));
-}
-
-size_t CudnnVariant::run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                                       int64_t batch) const {
-    return cudnn_reserve_size(sizes(config, dtype, seq_len, batch));
-}
-
-void CudnnVariant::run_forward(const Config& config, const ForwardArgs<float>& args) const {
-    forward_impl(*this, config, args);
-}
-void CudnnVariant::run_forward(const Config& config, const ForwardArgs<double>& args) const {
-    forward_impl(*this, config, args);
-}
-void CudnnVariant::run_backward(const Config& config, const BackwardArgs<float>& args) const {
-    backward_impl(*this, config, args);
-}
-void CudnnVariant::run_backward(const Config& config, const BackwardArgs<double>& args) const {
-    backward_impl(*this, config, args);
+    describe_rnn(own.handle, config, dtype, rnn);
+    return full_length_sizes(own.handle, rnn, config, dtype, seq_len, batch);
 }
 
 namespace {
@@ -487,12 +508,21 @@ void require_cudnn_config(const Config& config, const char* fn) {
     if (auto why = cudnn_size_problem(config, 1, 1)) fail_as<Unsupported>(fn, ": ", *why);
 }
 
+// The context's plan of `cudnn` for (config, dtype) with T = N = 1: its weight mapping is every
+// shape's.
+std::shared_ptr<const lstm::Plan> weights_of(Context& context, const Config& config, DType dtype) {
+    PlanRequest request{config, dtype, 1, 1};
+    request.context = &context;
+    return context.plans().get(find_variant("cudnn", Device::cuda), request);
+}
+
 }  // namespace
 
 CudnnWeightLayout cudnn_weight_layout(Context& context, const Config& config, DType dtype) {
     require_cudnn_config(config, "cudnn_weight_layout");
     const detail::DeviceGuard on_device(context);
-    const WeightsPlan& w = weights_plan(context.impl(), config, dtype);
+    const std::shared_ptr<const lstm::Plan> plan = weights_of(context, config, dtype);
+    const WeightsPlan& w = static_cast<const CudnnPlan&>(*plan).weights();
     CudnnWeightLayout out;
     out.weight_space_bytes = w.weight_space;
     out.regions = w.regions;
@@ -505,16 +535,18 @@ void cudnn_pack_weights(Context& context, const Config& config, DType dtype, con
                         void* weight_space) {
     require_cudnn_config(config, "cudnn_pack_weights");
     const detail::DeviceGuard on_device(context);
-    Context::Impl& impl = context.impl();
-    pack_weights(weights_plan(impl, config, dtype), params, weight_space, impl.stream);
+    const std::shared_ptr<const lstm::Plan> plan = weights_of(context, config, dtype);
+    pack_weights(static_cast<const CudnnPlan&>(*plan).weights(), params, weight_space,
+                 context.impl().stream);
 }
 
 void cudnn_unpack_weights(Context& context, const Config& config, DType dtype,
                           const void* weight_space, void* params) {
     require_cudnn_config(config, "cudnn_unpack_weights");
     const detail::DeviceGuard on_device(context);
-    Context::Impl& impl = context.impl();
-    unpack_weights(weights_plan(impl, config, dtype), weight_space, params, impl.stream);
+    const std::shared_ptr<const lstm::Plan> plan = weights_of(context, config, dtype);
+    unpack_weights(static_cast<const CudnnPlan&>(*plan).weights(), weight_space, params,
+                   context.impl().stream);
 }
 
 }  // namespace lstm::cuda

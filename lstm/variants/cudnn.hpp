@@ -35,22 +35,21 @@
 // are cuDNN's answers for (config, dtype, T, N) with every sequence of length T, each slot
 // rounded up to 256 bytes, plus 255 bytes: both buffers may start at any address and are carved
 // from their first 256-byte boundary (the reserve must be at the same address in forward and
-// backward). Since
-// workspace_bytes() and reserve_bytes() get no Context, the variant asks cuDNN through a handle
-// of its own, created on the current device at the first query and kept for the life of the
-// process (never destroyed: the CUDA runtime may already be gone when static objects are), and
-// remembers each answer (a map lookup under a mutex afterwards, no allocation). Without a CUDA
-// device both throw lstm::Error saying so. Each call checks that what cuDNN asks for its actual
-// lengths, on the context's device, fits what was carved, and throws naming the buffer if not.
+// backward). A plan made with a Context asks cuDNN through the context's handle; a sizing query
+// without one (workspace_bytes() and reserve_bytes() of Variant take no context) makes a handle
+// on the current device for the question and destroys it after; without a CUDA device it throws
+// lstm::Error saying so. Each call checks that what cuDNN asks for its actual lengths, on the
+// context's device, fits what was carved, and throws naming the buffer if not.
 //
-// Caching: per Context, one plan per (config, dtype) (RNN and dropout descriptors, the weight
-// mapping) and one per (config, dtype, T, N) (data and state descriptors, a device copy of the
-// lengths, the padded tails). Lengths are not part of the key, so a training loop whose batches
-// change lengths keeps one plan per shape: when a call's lengths differ from the previous call's
-// on that plan, it re-describes the data and queues the new lengths (from pinned host memory)
-// on the stream; the host then first waits until the stream has consumed the previous upload
-// (so it runs at most about one call ahead). Steady-state calls allocate nothing (cuDNN's own
-// host-side bookkeeping inside its calls aside).
+// Plans (lstm::Plan, kept by a PlanCache under the one key every plan has: the layer's, or the
+// context's for direct calls): per (config, dtype, T, N, context) the RNN and dropout
+// descriptors, the weight mapping, data and state descriptors, a device copy of the lengths and
+// the padded tails. Lengths are not part of the key, so a training loop whose batches change
+// lengths keeps one plan per shape: when a call's lengths differ from the previous call's on that
+// plan, it re-describes the data and queues the new lengths (from pinned host memory) on the
+// stream; the host then first waits until the stream has consumed the previous upload (so it
+// runs at most about one call ahead). Steady-state calls allocate nothing (cuDNN's own host-side
+// bookkeeping inside its calls aside).
 
 #include <cstddef>
 #include <cstdint>
@@ -66,36 +65,22 @@ namespace lstm::cuda {
 
 class CudnnVariant final : public Variant {
 public:
-    CudnnVariant();
-    ~CudnnVariant() override;
-    CudnnVariant(const CudnnVariant&) = delete;
-    CudnnVariant& operator=(const CudnnVariant&) = delete;
-
     const char* name() const override { return "cudnn"; }
     Device device() const override { return Device::cuda; }
     std::optional<std::string> supports(const Config& config, DType dtype) const override;
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
 
-    // cuDNN's sizes for (config, dtype, T, N) with every sequence of length T, as the variant's
-    // own handle reports them; what workspace_bytes() and reserve_bytes() carve.
-    CudnnSizes sizes(const Config& config, DType dtype, int64_t seq_len, int64_t batch) const;
-
 protected:
-    // Both ask cuDNN (see the file comment); they throw lstm::Error when no CUDA device is
-    // visible or supports() objects.
-    size_t run_workspace_bytes(const Config& config, DType dtype, int64_t seq_len,
-                               int64_t batch) const override;
-    size_t run_reserve_bytes(const Config& config, DType dtype, int64_t seq_len,
-                             int64_t batch) const override;
-    void run_forward(const Config& config, const ForwardArgs<float>& args) const override;
-    void run_forward(const Config& config, const ForwardArgs<double>& args) const override;
-    void run_backward(const Config& config, const BackwardArgs<float>& args) const override;
-    void run_backward(const Config& config, const BackwardArgs<double>& args) const override;
-
-private:
-    struct Sizing;  // the sizing handle and the remembered answers (cudnn.cpp)
-    std::unique_ptr<Sizing> sizing_;
+    // Asks cuDNN for the sizes (see the file comment); throws lstm::Error when no CUDA device is
+    // visible.
+    std::unique_ptr<Plan> build_plan(const PlanRequest& request) const override;
 };
+
+// cuDNN's sizes for (config, dtype, T, N) with every sequence of length T: asked through the
+// context's handle, or with a null context through one made for the question on the current
+// device. What the plans' workspace and reserve carve.
+CudnnSizes cudnn_sizes(Context* context, const Config& config, DType dtype, int64_t seq_len,
+                       int64_t batch);
 
 // One entry of cuDNN's weight space as cudnnGetRNNWeightParams reports it on a context's device.
 struct CudnnWeightRegion {

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -386,31 +385,6 @@ inline void padded_tails(const int32_t* lengths, int64_t seq_len, int64_t batch,
     out.clear();
     for (int64_t n = 0; n < batch; ++n)
         if (lengths[n] < seq_len) out.push_back({n, lengths[n], seq_len - lengths[n]});
-}
-
-// The plan key of one (config, dtype, T, N) in a Context's plan cache, written into `out`
-// (whose capacity is reused, so that steady-state calls allocate nothing). Lengths are not part
-// of it: a plan re-describes its data when a call's lengths differ from the previous call's.
-// The projection size and the bias flag are: they change the RNN descriptor and the weights.
-inline void cudnn_plan_key(const Config& config, DType dtype, int64_t seq_len, int64_t batch,
-                           std::string& out) {
-    // 8 int64 of at most 20 digits, the separators and the dtype name fit in 240 characters.
-    char buf[240];
-    const int n = std::snprintf(
-        buf, sizeof(buf), "cudnn/I%lld/H%lld/L%lld/D%lld/P%lld/B%d/%s/T%lld/N%lld",
-        static_cast<long long>(config.input_size), static_cast<long long>(config.hidden_size),
-        static_cast<long long>(config.num_layers), static_cast<long long>(config.num_directions()),
-        static_cast<long long>(config.proj_size), config.bias ? 1 : 0,
-        dtype == DType::f32 ? "f32" : "f64", static_cast<long long>(seq_len),
-        static_cast<long long>(batch));
-    out.assign(buf, static_cast<size_t>(n));
-}
-
-// The key of the (config, dtype) part: the RNN descriptor and the weight mapping, shared by
-// every (T, N) of one config.
-inline void cudnn_weights_key(const Config& config, DType dtype, std::string& out) {
-    cudnn_plan_key(config, dtype, 0, 0, out);
-    out += "/weights";
 }
 
 }  // namespace lstm::cuda

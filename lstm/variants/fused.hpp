@@ -77,8 +77,8 @@
 #include "kernels/cpu/fused_cell.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/team.hpp"
-#include "lstm/detail/batch_order.hpp"
 #include "lstm/detail/carve.hpp"
+#include "lstm/stack_loop.hpp"
 #include "lstm/variant.hpp"
 
 namespace lstm::cpu {
@@ -211,7 +211,7 @@ using kernels::cpu::RowRun;
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // The Highway kernel set held to the target of the SIMD path `isa` (fused_isa_target), on any
-// CPU that runs it; FusedLoop takes a kernel set constructed from the layout and buffers.
+// CPU that runs it; FusedEngine takes a kernel set constructed from the layout and buffers.
 template <FusedIsa isa>
 class HeldSimdKernels : public kernels::cpu::SimdFusedKernels {
 public:
@@ -230,7 +230,7 @@ inline int64_t max_input(const Config& config) {
 }
 
 // Scratch of one cell (layer and direction) in flight. A bidirectional layer whose directions
-// run side by side (FusedLoop::side_by_side) has one per direction.
+// run side by side (FusedEngine::side_by_side) has one per direction.
 template <typename T>
 struct CellScratch {
     RowRun<T>* runs;     // (2T + 2) partners of h_{t-1} in the recurrent weight gradient
@@ -253,32 +253,18 @@ struct CellScratch {
     T* zeros;      // (Hp) a zero row: the kernel's dy, as dy enters through dh with a projection
 };
 
-// Scratch of one call. Rows are compact and length-sorted (kernels/cpu/fused_cell.hpp).
-template <typename T>
-struct Workspace {
-    detail::BatchOrder batch;
-    int64_t* offsets;  // (T + 1) compact row of step t's first row; offsets[T] = S
-    int64_t* lengths;  // (N) length of sorted row r
-    T* x_sorted;       // (S, x_stride) the layer-0 input
-    T* ping;           // (S, W) W = max(x_stride, D*sw): inference layer output / backward d_out
-    T* pong;           // (S, W) the other half of the pair
-    // Direction d's scratch when the directions run side by side; cells[1] is cells[0] for a
-    // unidirectional model.
-    CellScratch<T> cells[2];
-};
-
-// What a training forward leaves for backward, rows compact and sorted.
+// What a training forward leaves for backward besides the layer outputs (the stack loop keeps
+// those): per cell, planes of T * N rows, compact and sorted (lstm/stack_loop.hpp's RowLayout).
 template <typename T>
 struct Reserve {
-    T* out;    // (L, S, D*sw) every layer's output (sw = config.state_size())
-    T* gates;  // (L*D, S, G) activated gates, interleaved; backward overwrites them with dgates
-    T* cell;   // (L*D, S, Hp) c_t
+    T* gates;  // (L*D, T*N, G) activated gates, interleaved; backward overwrites them with dgates
+    T* cell;   // (L*D, T*N, Hp) c_t
     T* dbias;  // (L*D, G) backward: each cell's bias gradient, from the data part to the weights
                // part (the forward leaves it alone)
     // Projections only (null without).
-    T* h_raw;  // (L*D, S, Hp) h_t before the projection, units < H
-    T* dh;     // (L*D, S, P) backward: the gradient reaching each projected h_t, from the data part
-               // to the weights part (dW_hr)
+    T* h_raw;  // (L*D, T*N, Hp) h_t before the projection, units < H
+    T* dh;     // (L*D, T*N, P) backward: the gradient reaching each projected h_t, from the data
+               // part to the weights part (dW_hr)
 };
 
 template <typename T>
@@ -313,103 +299,197 @@ CellScratch<T> carve_cell_scratch(detail::Carver& carve, const Config& config, i
     return c;
 }
 
-template <typename T>
-Workspace<T> carve_workspace(detail::Carver& carve, const Config& config, int64_t seq_len,
-                             int64_t batch) {
-    const int64_t rows = seq_len * batch;
-    const int64_t width = std::max(x_stride(config), config.output_size());
-    Workspace<T> w{};
-    w.batch.order = carve.take<int64_t>(batch);
-    w.batch.active = carve.take<int64_t>(seq_len);
-    w.offsets = carve.take<int64_t>(seq_len + 1);
-    w.lengths = carve.take<int64_t>(batch);
-    w.x_sorted = carve.take<T>(rows * x_stride(config));
-    w.ping = carve.take<T>(rows * width);
-    w.pong = carve.take<T>(rows * width);
-    w.cells[0] = carve_cell_scratch<T>(carve, config, seq_len, batch);
-    w.cells[1] = config.num_directions() == 2 ? carve_cell_scratch<T>(carve, config, seq_len, batch)
-                                              : w.cells[0];
-    return w;
-}
-
-template <typename T>
-Reserve<T> carve_reserve(detail::Carver& carve, const Config& config, int64_t seq_len,
-                         int64_t batch) {
-    const FusedLayout lay(config.hidden_size, config.state_size());
-    const int64_t rows = seq_len * batch;
-    Reserve<T> r{};
-    r.out = carve.take<T>(config.num_layers * rows * config.output_size());
-    r.gates = carve.take<T>(config.num_cells() * rows * lay.gate_cols);
-    r.cell = carve.take<T>(config.num_cells() * rows * lay.hidden_padded);
-    r.dbias = carve.take<T>(config.num_cells() * lay.gate_cols);
-    if (config.proj_size > 0) {
-        r.h_raw = carve.take<T>(config.num_cells() * rows * lay.hidden_padded);
-        r.dh = carve.take<T>(config.num_cells() * rows * config.proj_size);
-    }
-    return r;
-}
-
-// The time index of the s-th step a direction processes.
-inline int64_t step_time(int64_t s, int64_t seq_len, int64_t direction) {
-    return direction == 0 ? s : seq_len - 1 - s;
-}
-
-// Compact offsets and per-row lengths from the batch order.
-inline void make_offsets(const detail::BatchOrder& batch, int64_t seq_len, int64_t n,
-                         int64_t* offsets, int64_t* lengths) {
-    offsets[0] = 0;
-    for (int64_t t = 0; t < seq_len; ++t) offsets[t + 1] = offsets[t] + batch.active[t];
-    for (int64_t r = 0; r < n; ++r) lengths[r] = 0;
-    for (int64_t t = 0; t < seq_len; ++t)
-        for (int64_t r = 0; r < batch.active[t]; ++r) ++lengths[r];
-}
-
-// The calling thread's share of [0, count): used for work split by steps or rows.
-inline BlockRange my_share(int64_t count) {
-    return kernels::cpu::row_range(count, omp_get_thread_num(), omp_get_num_threads());
-}
-
-// One call's time loops for kernel set K (PortableFusedKernels or a SimdFusedKernels held to one
-// target), constructed once per call on the calling thread.
+// The team engine of `fused` on kernel set K (PortableFusedKernels or a SimdFusedKernels held to
+// one target), run by the stack loop (lstm/stack_loop.hpp); constructed once per call.
 template <typename T, typename K>
-class FusedLoop {
+class FusedEngine : public HostEngine<T> {
 public:
-    FusedLoop(const Config& config, int64_t seq_len, int64_t batch)
+    FusedEngine(const Config& config, int64_t seq_len, int64_t batch)
         : config_(config),
           lay_(config.hidden_size, config.state_size()),
           seq_len_(seq_len),
           batch_(batch) {}
 
-    void forward(const ForwardArgs<T>& args) const {
-        detail::Carver ws_carve = detail::carver_from_boundary(args.workspace);
-        const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
-        const bool training = args.reserve != nullptr;
-        Reserve<T> rs{};
-        if (training) {
-            detail::Carver rs_carve = detail::carver_from_boundary(args.reserve);
-            rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
+    int64_t x_stride() const { return fused_detail::x_stride(config_); }
+
+    // Whether the two directions of a bidirectional layer run side by side, each on half of a
+    // team of `threads`: their time loops are independent, so each half meets only itself at
+    // the per-step barriers (2 threads: none at all), and each thread keeps all of one
+    // direction's weights instead of half of both. Halves of an odd team would differ in size
+    // and the larger would wait for the smaller, so odd teams run the directions one after the
+    // other on the whole team, as unidirectional layers do. Only for kernel sets whose bits do
+    // not depend on the split: a split backward (data, then weights on the whole team) must
+    // give the bits of one call.
+    bool side_by_side(int threads) const {
+        return kSameBitsAnySplit && threads >= 2 && threads % 2 == 0;
+    }
+
+    void carve_workspace(detail::Carver& carve) {
+        cells_[0] = carve_cell_scratch<T>(carve, config_, seq_len_, batch_);
+        cells_[1] = config_.num_directions() == 2
+                        ? carve_cell_scratch<T>(carve, config_, seq_len_, batch_)
+                        : cells_[0];
+    }
+
+    void carve_reserve(detail::Carver& carve) {
+        const int64_t planes = config_.num_cells() * seq_len_ * batch_;
+        rs_.gates = carve.take<T>(planes * lay_.gate_cols);
+        rs_.cell = carve.take<T>(planes * lay_.hidden_padded);
+        rs_.dbias = carve.take<T>(config_.num_cells() * lay_.gate_cols);
+        if (config_.proj_size > 0) {
+            rs_.h_raw = carve.take<T>(planes * lay_.hidden_padded);
+            rs_.dh = carve.take<T>(planes * config_.proj_size);
         }
-        detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
-        make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
-        const K kerns[2] = {K(lay_, ws.cells[0].kern), K(lay_, ws.cells[1].kern)};
+    }
+
+    // body(team) on one OpenMP team, denormals flushed; the kernel sets are built before it
+    // starts, one per lane.
+    template <typename Body>
+    void run_team(Body&& body) {
+        kerns_[0].emplace(lay_, cells_[0].kern);
+        kerns_[1].emplace(lay_, cells_[1].kern);
         kernels::cpu::run_governed_team(governor(), [&] {
             const kernels::cpu::ScopedFlushDenormals flush;
-            forward_team(args, ws, rs, training, kerns);
+            body(kernels::cpu::Crew::whole_team());
         });
     }
 
-    void backward(const BackwardArgs<T>& args) const {
-        detail::Carver ws_carve = detail::carver_from_boundary(args.workspace);
-        const Workspace<T> ws = carve_workspace<T>(ws_carve, config_, seq_len_, batch_);
-        detail::Carver rs_carve = detail::carver_from_boundary(args.reserve);
-        const Reserve<T> rs = carve_reserve<T>(rs_carve, config_, seq_len_, batch_);
-        detail::make_batch_order(args.lengths, seq_len_, batch_, ws.batch);
-        make_offsets(ws.batch, seq_len_, batch_, ws.offsets, ws.lengths);
-        const K kerns[2] = {K(lay_, ws.cells[0].kern), K(lay_, ws.cells[1].kern)};
-        kernels::cpu::run_governed_team(governor(), [&] {
-            const kernels::cpu::ScopedFlushDenormals flush;
-            backward_team(args, ws, rs, kerns);
-        });
+    // Packs the cell's weights (own blocks), projects every frame's input at once when training
+    // and gathers the cell's initial states (own columns).
+    void begin_forward(const ForwardCell<T>& c, const Crew& crew) {
+        const CellScratch<T>& cs = cells_[c.lane];
+        const K& kern = *kerns_[c.lane];
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const BlockRange hcols = state_columns(crew, own);
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, sw = config_.state_size();
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const CellOffsets& p = c.p;
+        const ForwardArgs<T>& args = *c.args;
+        const T* params = args.params.data();
+        kern.pack_forward(params + p.weight_ih, c.in_width, params + p.weight_hh,
+                          p.has_bias() ? params + p.bias_ih : nullptr,
+                          p.has_bias() ? params + p.bias_hh : nullptr, own);
+        // Each thread packs the columns of W_hr^T it projects into, so no barrier.
+        if (config_.proj_size > 0) pack_projection(params + p.weight_hr, cs.wr_t, hcols);
+        // Training projects every frame at once into the reserve; inference projects one step at
+        // a time into an (N, G) buffer instead of holding (S, G) of scratch. Each row's sums are
+        // the same either way, so both give the same bits.
+        if (c.training)
+            kern.input_projection(c.in, c.ld_in, c.layout->frames(), c.in_width,
+                                  plane(rs_.gates, c, lay_.gate_cols), own,
+                                  kernels::cpu::ProjectionTarget::whole_sequence);
+        kernels::cpu::gather_state_units(
+            args.h0.empty() ? nullptr : args.h0.data() + c.cell * batch_ * sw, batch_, sw,
+            c.layout->order, hcols.begin, hcols.end, cs.h_init, hp);
+        kernels::cpu::gather_state_units(
+            args.c0.empty() ? nullptr : args.c0.data() + c.cell * batch_ * hidden, batch_, hidden,
+            c.layout->order, u0, u1, cs.c_init, hp);
+        if (!c.training)
+            for (int64_t r = 0; r < batch_; ++r)
+                std::copy(cs.c_init + r * hp + u0, cs.c_init + r * hp + u1, cs.c_run + r * hp + u0);
+    }
+
+    // One step: inference projects the step's input first; with a projection the kernel writes
+    // h before the projection, and after a crew barrier (the projection reads every unit of it)
+    // the projection writes the layer output.
+    void forward_step(const ForwardCell<T>& c, const StepTime& st, const Crew& crew) {
+        const CellScratch<T>& cs = cells_[c.lane];
+        const K& kern = *kerns_[c.lane];
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const int64_t hp = lay_.hidden_padded;
+        T* gates = c.training ? rs_.gates + st.frame * lay_.gate_cols : cs.gates;
+        if (!c.training)
+            kern.input_projection(c.in + st.row * c.ld_in, c.ld_in, st.rows, c.in_width, gates, own,
+                                  kernels::cpu::ProjectionTarget::per_step);
+        // Where the kernel writes h before the projection (null: it writes h itself).
+        T* h_raw = config_.proj_size == 0 ? nullptr
+                   : c.training           ? rs_.h_raw + st.frame * hp
+                                          : cs.h_raw;
+        forward_segments(c, st, cs, gates, h_raw, kern, own);
+        if (config_.proj_size > 0) {
+            crew.sync();
+            project_step(c, st, cs, h_raw, state_columns(crew, own));
+        }
+    }
+
+    void end_forward(const ForwardCell<T>& c, const Crew& crew) {
+        const BlockRange own = crew.blocks(lay_.blocks);
+        write_final_state(c, cells_[c.lane], own, state_columns(crew, own));
+    }
+
+    // Packs the cell's weights for backward and gathers c0, dhn, dcn (and, when the weights part
+    // runs too, h0 and the runs of h_{t-1} partners). Leaves the packed W_ih in the lane's kernel
+    // buffers for input_grads.
+    void begin_backward(const BackwardCell<T>& c, const Crew& crew) {
+        const CellScratch<T>& cs = cells_[c.lane];
+        const K& kern = *kerns_[c.lane];
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const BlockRange hcols = state_columns(crew, own);
+        const int64_t proj = config_.proj_size;
+        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
+        const BackwardArgs<T>& args = *c.args;
+        const CellOffsets& p = c.p;
+        const T* params = args.params.data();
+        // With a projection the kernel set gets no W_hh: dh = dgates W_hh is P wide and formed by
+        // projected_grad, from rows every member reads after a barrier.
+        kern.pack_backward(params + p.weight_ih, c.in_width,
+                           proj > 0 ? nullptr : params + p.weight_hh, own);
+        if (proj > 0) {
+            kernels::cpu::pack_rows_interleaved(params + p.weight_hh, proj, lay_, own, cs.w_hh_rows,
+                                                proj);
+            std::fill(cs.zeros + u0, cs.zeros + u1, T(0));
+        }
+        gather_units(c, args.c0, own, cs.c_init);
+        gather_h(c, args.dhn, hcols, cs.dhn);
+        gather_units(c, args.dcn, own, cs.dc_run);
+        bias_sums(c, cs, own, 0).start();
+        if (c.weights) {
+            gather_h(c, args.h0, hcols, cs.h_init);
+            if (crew.leads()) make_h_runs(c, cs);
+        }
+    }
+
+    void backward_step(const BackwardCell<T>& c, const StepTime& st, const Crew& crew) {
+        backward_at(c, st.s, crew);
+    }
+
+    // The weight gradients are GEMMs over all steps once the time loop is done (end_backward,
+    // end_weights).
+    void weight_step(const BackwardCell<T>&, const StepTime&, const Crew&) {}
+
+    // One step more (s = -1: d(h0) of the sequences whose first step ran last), then the cell's
+    // bias sums, its weight gradients when the weights part runs too, and dh0 / dc0.
+    void end_backward(const BackwardCell<T>& c, const Crew& crew) {
+        backward_at(c, -1, crew);
+        crew.sync();
+        const CellScratch<T>& cs = cells_[c.lane];
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const BlockRange hcols = state_columns(crew, own);
+        bias_sums(c, cs, own, 0).flush();
+        if (c.weights) cell_weight_grads(c, cs, *kerns_[c.lane], own, hcols);
+        write_state_grads(c, cs, own, hcols);
+    }
+
+    // d(layer input) of the cell, rows split across the team: overwritten by direction 0, added
+    // by direction 1, each member over the same rows whichever way the directions ran, so the
+    // bits are the same either way.
+    void input_grads(const BackwardCell<T>& c, const Crew& team) const {
+        if (c.d_in == nullptr) return;
+        kerns_[c.lane]->input_grads(plane(rs_.gates, c, lay_.gate_cols),
+                                    team.share(c.layout->frames()), c.in_width, c.d_in, c.in_width,
+                                    c.direction > 0);
+    }
+
+    // BackwardPart::weights: the workspace did not survive the data call, so each cell's h0 and
+    // runs are gathered again; everything else is in the reserve.
+    void begin_weights(const BackwardCell<T>& c, const Crew& team) {
+        const BlockRange hcols = state_columns(team, team.blocks(lay_.blocks));
+        gather_h(c, c.args->h0, hcols, cells_[c.lane].h_init);
+        if (team.leads()) make_h_runs(c, cells_[c.lane]);
+    }
+    void end_weights(const BackwardCell<T>& c, const Crew& team) {
+        const BlockRange own = team.blocks(lay_.blocks);
+        cell_weight_grads(c, cells_[c.lane], *kerns_[c.lane], own, state_columns(team, own));
     }
 
 private:
@@ -424,167 +504,69 @@ private:
         return kSameBitsAnySplit ? &kernels::cpu::time_loop_governor() : nullptr;
     }
 
-    int64_t rows_total(const Workspace<T>& ws) const { return ws.offsets[seq_len_]; }
-
-    // Whether the two directions of a bidirectional layer run side by side, each on half of a
-    // team of `threads`: their time loops are independent, so each half meets only itself at
-    // the per-step barriers (2 threads: none at all), and each thread keeps all of one
-    // direction's weights instead of half of both. Halves of an odd team would differ in size
-    // and the larger would wait for the smaller, so odd teams run the directions one after the
-    // other on the whole team, as unidirectional layers do. Only for kernel sets whose bits do
-    // not depend on the split: a split backward (data, then weights on the whole team) must
-    // give the bits of one call.
-    bool side_by_side(int threads) const {
-        return kSameBitsAnySplit && config_.num_directions() == 2 && threads >= 2 &&
-               threads % 2 == 0;
-    }
-
-    // The crew that runs direction d of a layer, for the calling thread of a side_by_side team:
-    // the first half of the team runs direction 0, the second direction 1.
-    kernels::cpu::Crew direction_crew(int64_t d) const {
-        const int half = omp_get_num_threads() / 2;
-        return kernels::cpu::Crew{omp_get_thread_num() - static_cast<int>(d) * half, half,
-                                  &crew_barriers_[d]};
-    }
-
-    // The direction the calling thread of a side_by_side team runs.
-    static int64_t my_direction() {
-        return omp_get_thread_num() < omp_get_num_threads() / 2 ? 0 : 1;
-    }
-
     // The columns of h-shaped states (h0, hn, dhn, dh0; the projection's outputs) a crew member
     // handles: its own units, or with a projection its share of the P columns.
-    BlockRange state_columns(const kernels::cpu::Crew& crew, BlockRange own) const {
+    BlockRange state_columns(const Crew& crew, BlockRange own) const {
         if (config_.proj_size > 0) return crew.share(config_.proj_size);
         return BlockRange{own.begin * kUnitBlock, own.end * kUnitBlock};
     }
 
-    // A layer's input (rows ld_in apart) and output (rows config.output_size() apart), host.
-    struct LayerIo {
-        const T* in;
-        int64_t ld_in;
-        T* out;
-    };
-
-    // Everything a forward does, run by every thread of the team.
-    void forward_team(const ForwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                      bool training, const K (&kerns)[2]) const {
-        const int64_t out_width = config_.output_size(), rows = rows_total(ws);
-        const BlockRange steps = my_share(seq_len_);
-        kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
-                                     ws.batch.active, ws.offsets, steps.begin, steps.end,
-                                     ws.x_sorted, x_stride(config_));
-#pragma omp barrier
-        const bool sides = side_by_side(omp_get_num_threads());
-        LayerIo io{ws.x_sorted, x_stride(config_), nullptr};
-        for (int64_t l = 0; l < config_.num_layers; ++l) {
-            io.out = training ? rs.out + l * rows * out_width : (l % 2 == 0 ? ws.ping : ws.pong);
-            if (sides) {
-                const int64_t d = my_direction();
-                forward_cell(args, ws, rs, training, ws.cells[d], kerns[d], l, d, io,
-                             direction_crew(d));
-                // The next layer reads both directions' output.
-#pragma omp barrier
-            } else {
-                for (int64_t d = 0; d < config_.num_directions(); ++d)
-                    forward_cell(args, ws, rs, training, ws.cells[0], kerns[0], l, d, io,
-                                 kernels::cpu::Crew::whole_team());
-            }
-            io.in = io.out;
-            io.ld_in = out_width;
-        }
-        kernels::cpu::scatter_compact(io.out, out_width, batch_, out_width, ws.batch.order,
-                                      ws.batch.active, ws.offsets, steps.begin, steps.end,
-                                      args.y.data());
+    // Cell c's plane of a per-cell (L*D, T*N, width) reserve array.
+    template <typename U>
+    U* plane(U* base, const CellRun& c, int64_t width) const {
+        return base + c.cell * seq_len_ * batch_ * width;
     }
 
-    // Direction d of layer l, run by every member of `crew` with cs as its scratch: packs the
-    // weights, projects the inputs (training), runs the time loop and writes hn / cn.
-    void forward_cell(const ForwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                      bool training, const CellScratch<T>& cs, const K& kern, int64_t l, int64_t d,
-                      const LayerIo& io, const kernels::cpu::Crew& crew) const {
-        const BlockRange own = crew.blocks(lay_.blocks);
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
-        const int64_t rows = rows_total(ws), proj = config_.proj_size, sw = config_.state_size();
-        const BlockRange hcols = state_columns(crew, own);
-        const int64_t in = config_.layer_input_size(l);
-        const int64_t cell = l * config_.num_directions() + d;
-        const CellOffsets p = cell_offsets(config_, l, d);
-        const T* params = args.params.data();
-        kern.pack_forward(params + p.weight_ih, in, params + p.weight_hh,
-                          p.has_bias() ? params + p.bias_ih : nullptr,
-                          p.has_bias() ? params + p.bias_hh : nullptr, own);
-        // Each thread packs the columns of W_hr^T it projects into, so no barrier.
-        if (proj > 0) pack_projection(params + p.weight_hr, cs.wr_t, hcols);
-        // Training projects every frame at once into the reserve; inference projects one step at
-        // a time into an (N, G) buffer instead of holding (S, G) of scratch. Each row's sums are
-        // the same either way, so both give the same bits.
-        T* gates = training ? rs.gates + cell * seq_len_ * batch_ * gc : nullptr;
-        if (training)
-            kern.input_projection(io.in, io.ld_in, rows, in, gates, own,
-                                  kernels::cpu::ProjectionTarget::whole_sequence);
-        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
-        const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
-        kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + h_state,
-                                         batch_, sw, ws.batch.order, hcols.begin, hcols.end,
-                                         cs.h_init, hp);
-        kernels::cpu::gather_state_units(args.c0.empty() ? nullptr : args.c0.data() + state, batch_,
-                                         hidden, ws.batch.order, u0, u1, cs.c_init, hp);
-        T* cells = training ? rs.cell + cell * seq_len_ * batch_ * hp : nullptr;
-        // Where the kernel writes h before the projection (null: it writes h itself).
-        T* h_raw = proj == 0  ? nullptr
-                   : training ? rs.h_raw + cell * seq_len_ * batch_ * hp
-                              : cs.h_raw;
-        if (!training)
-            for (int64_t r = 0; r < batch_; ++r)
-                std::copy(cs.c_init + r * hp + u0, cs.c_init + r * hp + u1, cs.c_run + r * hp + u0);
-        crew.sync();
-        for (int64_t s = 0; s < seq_len_; ++s) {
-            const int64_t t = step_time(s, seq_len_, d);
-            T* step_gates = gates ? gates + ws.offsets[t] * gc : cs.gates;
-            if (!gates)
-                kern.input_projection(io.in + ws.offsets[t] * io.ld_in, io.ld_in,
-                                      ws.batch.active[t], in, step_gates, own,
-                                      kernels::cpu::ProjectionTarget::per_step);
-            T* step_h_raw = h_raw && training ? h_raw + ws.offsets[t] * hp : h_raw;
-            forward_step(ws, cs, d, s, step_gates, cells, step_h_raw, io.out, kern, own);
-            if (proj > 0) {
-                // The projection reads every unit of h_raw.
-                crew.sync();
-                project_step(ws, cs, d, t, step_h_raw, io.out, hcols);
-            }
-            crew.sync();
-        }
-        write_final_state(args, ws, cs, d, cell, cells, io.out, u0, u1, hcols);
+    // The bias-gradient sums of the member's own gate columns, `done` steps in.
+    kernels::cpu::BiasGradSums<T> bias_sums(const CellRun& c, const CellScratch<T>& cs,
+                                            BlockRange own, int64_t done) const {
+        kernels::cpu::BiasGradSums<T> bias{cs.step_bias, cs.block_bias,
+                                           rs_.dbias + c.cell * lay_.gate_cols,
+                                           own.begin * kUnitBlock * 4, own.end * kUnitBlock * 4};
+        bias.steps = done;
+        return bias;
     }
 
-    // Step s of direction d, gates (active rows, G) holding its input projection: rows that
+    // dst (N, Hp) sorted, own units <- this cell's slice of an (L*D, N, H) state (zeros: empty).
+    void gather_units(const CellRun& c, const TensorView<const T>& v, BlockRange own,
+                      T* dst) const {
+        const int64_t hidden = lay_.hidden;
+        kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + c.cell * batch_ * hidden,
+                                         batch_, hidden, c.layout->order, own.begin * kUnitBlock,
+                                         own.end * kUnitBlock, dst, lay_.hidden_padded);
+    }
+    // The same for an h-shaped (L*D, N, S) state, columns hcols.
+    void gather_h(const CellRun& c, const TensorView<const T>& v, BlockRange hcols, T* dst) const {
+        const int64_t sw = config_.state_size();
+        kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + c.cell * batch_ * sw,
+                                         batch_, sw, c.layout->order, hcols.begin, hcols.end, dst,
+                                         lay_.hidden_padded);
+    }
+
+    // Step st of cell c, gates (active rows, G) holding its input projection: rows that
     // continue read the previous step's h and c, rows that start here (only the reverse
     // direction starts sequences late) read the initial state. h_raw (active rows, Hp), host,
     // non-null with a projection: the kernel overwrites it with h before the projection (own
     // units) instead of writing the layer output.
-    void forward_step(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
-                      T* gates, T* cells, T* h_raw, T* layer_out, const K& kern,
-                      BlockRange own) const {
+    void forward_segments(const ForwardCell<T>& c, const StepTime& st, const CellScratch<T>& cs,
+                          T* gates, T* h_raw, const K& kern, BlockRange own) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
-        const int64_t out_width = config_.output_size(), dir_col = d * config_.state_size();
-        const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
-        const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
-        const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
-        const int64_t split = std::min(n, n_prev);
-        const int64_t row = ws.offsets[t], row_prev = ws.offsets[t_prev];
-        T* c_now = cells ? cells + row * hp : cs.c_run;
+        const int64_t out_width = config_.output_size();
+        const int64_t dir_col = c.direction * config_.state_size();
+        const int64_t n = st.rows, split = std::min(n, st.rows_prev);
+        T* cells = c.training ? plane(rs_.cell, c, hp) : nullptr;
+        T* c_now = cells ? cells + st.row * hp : cs.c_run;
         kernels::cpu::ForwardSegment<T> seg{};
         seg.gates = gates;
         seg.c = c_now;
         seg.ld_c = hp;
-        seg.h = h_raw ? h_raw : layer_out + row * out_width + dir_col;
+        seg.h = h_raw ? h_raw : c.out + st.row * out_width + dir_col;
         seg.ld_h = h_raw ? hp : out_width;
         if (split > 0) {
             seg.rows = split;
-            seg.h_prev = layer_out + row_prev * out_width + dir_col;
+            seg.h_prev = c.out + st.row_prev * out_width + dir_col;
             seg.ld_h_prev = out_width;
-            seg.c_prev = cells ? cells + row_prev * hp : cs.c_run;
+            seg.c_prev = cells ? cells + st.row_prev * hp : cs.c_run;
             seg.ld_c_prev = hp;
             kern.forward_step(seg, own);
         }
@@ -596,32 +578,35 @@ private:
             seg.ld_c_prev = hp;
             seg.gates = gates + split * gc;
             seg.c = c_now + split * hp;
-            seg.h = h_raw ? h_raw + split * hp : layer_out + (row + split) * out_width + dir_col;
+            seg.h = h_raw ? h_raw + split * hp : c.out + (st.row + split) * out_width + dir_col;
             kern.forward_step(seg, own);
         }
     }
 
-    // hn (columns hcols of its sw = config.state_size() features) / cn (own units [u0, u1) of H)
-    // of one cell: each row's state at its last processed step, into the caller's (L*D, N, sw) /
+    // hn (columns hcols of its sw = config.state_size() features) / cn (own units of H) of one
+    // cell: each row's state at its last processed step, into the caller's (L*D, N, sw) /
     // (L*D, N, H) host tensors, overwritten.
-    void write_final_state(const ForwardArgs<T>& args, const Workspace<T>& ws,
-                           const CellScratch<T>& cs, int64_t d, int64_t cell, const T* cells,
-                           const T* layer_out, int64_t u0, int64_t u1, BlockRange hcols) const {
+    void write_final_state(const ForwardCell<T>& c, const CellScratch<T>& cs, BlockRange own,
+                           BlockRange hcols) const {
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, sw = config_.state_size();
-        const int64_t out_width = config_.output_size(), end = std::min(u1, hidden);
+        const int64_t out_width = config_.output_size();
+        const int64_t u0 = own.begin * kUnitBlock, end = std::min(own.end * kUnitBlock, hidden);
         const int64_t h_end = std::min(hcols.end, sw);
+        const ForwardArgs<T>& args = *c.args;
+        const RowLayout& rows = *c.layout;
+        const T* cells = c.training ? plane(rs_.cell, c, hp) : nullptr;
         for (int64_t r = 0; r < batch_; ++r) {
-            const int64_t t_last = d == 0 ? ws.lengths[r] - 1 : 0;
-            const int64_t row = ws.offsets[t_last] + r;
+            const int64_t t_last = c.direction == 0 ? rows.lengths[r] - 1 : 0;
+            const int64_t row = rows.offsets[t_last] + r;
             if (!args.hn.empty()) {
-                const int64_t dst = (cell * batch_ + ws.batch.order[r]) * sw;
-                const T* h = layer_out + row * out_width + d * sw;
+                const int64_t dst = (c.cell * batch_ + rows.order[r]) * sw;
+                const T* h = c.out + row * out_width + c.direction * sw;
                 for (int64_t u = hcols.begin; u < h_end; ++u) args.hn[dst + u] = h[u];
             }
             if (!args.cn.empty()) {
-                const int64_t dst = (cell * batch_ + ws.batch.order[r]) * hidden;
-                const T* c = cells ? cells + row * hp : cs.c_run + r * hp;
-                for (int64_t u = u0; u < end; ++u) args.cn[dst + u] = c[u];
+                const int64_t dst = (c.cell * batch_ + rows.order[r]) * hidden;
+                const T* cr = cells ? cells + row * hp : cs.c_run + r * hp;
+                for (int64_t u = u0; u < end; ++u) args.cn[dst + u] = cr[u];
             }
         }
     }
@@ -635,17 +620,17 @@ private:
                 wr_t[u * proj + q] = w_hr[q * hidden + u];
     }
 
-    // The projection of step t of direction d: layer_out rows of the step, columns d P + hcols,
+    // The projection of step st of cell c: layer output rows of the step, columns d P + hcols,
     // overwritten <- h_raw (active rows, Hp; units < H) W_hr^T, with wr_t packed. Every element
     // sums over units in order, whatever the split of columns, so the bits do not depend on the
     // team size.
-    void project_step(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t t,
-                      const T* h_raw, T* layer_out, BlockRange hcols) const {
+    void project_step(const ForwardCell<T>& c, const StepTime& st, const CellScratch<T>& cs,
+                      const T* h_raw, BlockRange hcols) const {
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, proj = config_.proj_size;
-        const int64_t out_width = config_.output_size(), n = ws.batch.active[t];
+        const int64_t out_width = config_.output_size();
         if (hcols.count() == 0) return;
-        for (int64_t r = 0; r < n; ++r) {
-            T* out = layer_out + (ws.offsets[t] + r) * out_width + d * proj;
+        for (int64_t r = 0; r < st.rows; ++r) {
+            T* out = c.out + (st.row + r) * out_width + c.direction * proj;
             const T* in = h_raw + r * hp;
             std::fill(out + hcols.begin, out + hcols.end, T(0));
             for (int64_t u = 0; u < hidden; ++u) {
@@ -656,228 +641,58 @@ private:
         }
     }
 
-    // Everything a backward does, run by every thread of the team. The data part walks the
-    // layers top-down (each layer's d(input) feeds the one below) and leaves every cell's dgates
-    // and bias gradient in the reserve; the weights part reads them (weights_team). `all` runs a
-    // cell's weight GEMMs right after its time loop, while its dgates are the freshest data.
-    void backward_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                       const K (&kerns)[2]) const {
-        const bool data = args.part != BackwardPart::weights;
-        const bool weights = args.part != BackwardPart::data;
-        const int64_t out_width = config_.output_size(), rows = rows_total(ws);
-        const BlockRange steps = my_share(seq_len_);
-        // The layer-0 input is only a partner of the input-weight gradient.
-        if (weights)
-            kernels::cpu::gather_compact(args.x.data(), batch_, config_.input_size, ws.batch.order,
-                                         ws.batch.active, ws.offsets, steps.begin, steps.end,
-                                         ws.x_sorted, x_stride(config_));
-        if (!data) {
-            weights_team(args, ws, rs, kerns[0]);
+    // Backward step s of cell c (s = -1: only d(h0) of the first step), the member's share of
+    // it, into the lane's scratch and the reserve.
+    void backward_at(const BackwardCell<T>& c, int64_t s, const Crew& crew) {
+        const CellScratch<T>& cs = cells_[c.lane];
+        const K& kern = *kerns_[c.lane];
+        const BlockRange own = crew.blocks(lay_.blocks);
+        const int64_t proj = config_.proj_size;
+        T* gates = plane(rs_.gates, c, lay_.gate_cols);
+        const T* cells = plane(rs_.cell, c, lay_.hidden_padded);
+        kernels::cpu::BiasGradSums<T> bias = bias_sums(c, cs, own, seq_len_ - 1 - s);
+        if (proj == 0) {
+            bias.begin_step();
+            backward_segments(c, s, cs, gates, cells, cs.step_bias, kern, own);
+            bias.end_step();
             return;
         }
-        // d(layer output) of the top layer is dy; each layer's d(input) feeds the one below.
-        T* d_out = ws.ping;
-        T* d_in = ws.pong;
-        kernels::cpu::gather_compact(args.dy.data(), batch_, out_width, ws.batch.order,
-                                     ws.batch.active, ws.offsets, steps.begin, steps.end, d_out,
-                                     out_width);
-        // Every cell reads rows of dy and x that other threads gathered, and a crew's own barrier
-        // does not wait for the rest of the team.
-#pragma omp barrier
-        const bool sides = side_by_side(omp_get_num_threads());
-        for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
-            const int64_t in = config_.layer_input_size(l);
-            const bool want_d_in = l > 0 || !args.dx.empty();
-            // d(input) sums the directions in order, direction 0's product first, each thread
-            // over the same rows whichever way the directions ran: the same bits either way.
-            auto input_grads = [&](int64_t d) {
-                if (!want_d_in) return;
-                const int64_t cell = l * config_.num_directions() + d;
-                const T* dgates = rs.gates + cell * seq_len_ * batch_ * lay_.gate_cols;
-                kerns[sides ? d : 0].input_grads(dgates, my_share(rows), in, d_in, in, d > 0);
-            };
-            if (sides) {
-                const int64_t d = my_direction();
-                backward_cell(args, ws, rs, ws.cells[d], kerns[d], l, d, d_out, direction_crew(d));
-                // d(input) reads every column of both directions' dgates and packed W_ih.
-#pragma omp barrier
-                input_grads(0);
-                input_grads(1);
-            } else {
-                for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                    backward_cell(args, ws, rs, ws.cells[0], kerns[0], l, d, d_out,
-                                  kernels::cpu::Crew::whole_team());
-                    input_grads(d);
-                }
-            }
-#pragma omp barrier
-            std::swap(d_out, d_in);
-        }
-        if (!args.dx.empty())
-            kernels::cpu::scatter_compact(d_out, config_.input_size, batch_, config_.input_size,
-                                          ws.batch.order, ws.batch.active, ws.offsets, steps.begin,
-                                          steps.end, args.dx.data());
-    }
-
-    // Direction d of layer l, backward, run by every member of `crew` with cs as its scratch:
-    // packs the weights, runs the time loop over d_out ((S, D*sw) compact, host), then (unless
-    // only the data part runs) the cell's weight gradients, and writes dh0 / dc0. Leaves the
-    // cell's dgates in the reserve and its packed W_ih in cs.kern for input_grads.
-    void backward_cell(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                       const CellScratch<T>& cs, const K& kern, int64_t l, int64_t d,
-                       const T* d_out, const kernels::cpu::Crew& crew) const {
-        const bool weights = args.part != BackwardPart::data;
-        const BlockRange own = crew.blocks(lay_.blocks);
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
-        const int64_t out_width = config_.output_size(), rows = rows_total(ws);
-        const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
-        const int64_t proj = config_.proj_size, sw = config_.state_size();
-        const BlockRange hcols = state_columns(crew, own);
-        const int64_t in = config_.layer_input_size(l);
-        const T* layer_out = rs.out + l * rows * out_width;
-        const int64_t cell = l * config_.num_directions() + d;
-        const int64_t state = cell * batch_ * hidden, h_state = cell * batch_ * sw;
-        const CellOffsets p = cell_offsets(config_, l, d);
-        const T* params = args.params.data();
-        T* gates = rs.gates + cell * seq_len_ * batch_ * gc;
-        const T* cells = rs.cell + cell * seq_len_ * batch_ * hp;
-        kernels::cpu::BiasGradSums<T> bias{cs.step_bias, cs.block_bias, rs.dbias + cell * gc,
-                                           u0 * 4, u1 * 4};
-        // Other members may still read the packed weights or the states of the crew's previous
-        // cell (dx, weight gradients): wait before overwriting them.
+        T* dh = plane(rs_.dh, c, proj);
+        projected_grad(c, s, cs, gates, dh, state_columns(crew, own));
+        // The gate pass reads every column of this step's dh.
         crew.sync();
-        // With a projection the kernel set gets no W_hh: dh = dgates W_hh is P wide and formed by
-        // projected_grad, from rows every member reads after the barrier below.
-        kern.pack_backward(params + p.weight_ih, in, proj > 0 ? nullptr : params + p.weight_hh,
-                           own);
-        if (proj > 0) {
-            kernels::cpu::pack_rows_interleaved(params + p.weight_hh, proj, lay_, own, cs.w_hh_rows,
-                                                proj);
-            std::fill(cs.zeros + u0, cs.zeros + u1, T(0));
-        }
-        auto gather = [&](const TensorView<const T>& v, T* dst) {
-            kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + state, batch_, hidden,
-                                             ws.batch.order, u0, u1, dst, hp);
-        };
-        // h-shaped states: sw features, split by hcols.
-        auto gather_h = [&](const TensorView<const T>& v, T* dst) {
-            kernels::cpu::gather_state_units(v.empty() ? nullptr : v.data() + h_state, batch_, sw,
-                                             ws.batch.order, hcols.begin, hcols.end, dst, hp);
-        };
-        gather(args.c0, cs.c_init);
-        gather_h(args.dhn, cs.dhn);
-        gather(args.dcn, cs.dc_run);
-        bias.start();
-        if (weights) {
-            gather_h(args.h0, cs.h_init);
-            if (crew.leads()) make_h_runs(ws, cs, d, layer_out);
-        }
-        crew.sync();
-        if (proj == 0) {
-            for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                bias.begin_step();
-                backward_step(ws, cs, d, s, gates, cells, cs.step_bias, d_out, kern, own);
-                bias.end_step();
-                crew.sync();
-            }
-        } else {
-            T* dh = rs.dh + cell * seq_len_ * batch_ * proj;
-            for (int64_t s = seq_len_ - 1; s >= -1; --s) {
-                projected_grad(ws, cs, d, s, gates, dh, d_out, hcols);
-                // The gate pass reads every column of this step's dh.
-                crew.sync();
-                bias.begin_step();
-                backward_step_proj(ws, cs, d, s, gates, cells, cs.step_bias, dh,
-                                   params + p.weight_hr, kern, own);
-                bias.end_step();
-                crew.sync();
-            }
-        }
-        bias.flush();
-        if (weights) cell_weight_grads(args, ws, cs, rs, l, d, kern, own, hcols);
-        write_state_grads(args, ws, cs, state, h_state, u0, u1, hcols);
+        bias.begin_step();
+        backward_step_proj(c, s, cs, gates, cells, cs.step_bias, dh,
+                           c.args->params.data() + c.p.weight_hr, kern, own);
+        bias.end_step();
     }
 
-    // BackwardPart::weights: every cell's weight and bias gradients from what the data part left
-    // in the reserve, on the whole team, one cell after another. The workspace did not survive
-    // the data call, so the layer-0 input (the caller gathers it) and each cell's h0 are gathered
-    // again; everything else is in the reserve.
-    void weights_team(const BackwardArgs<T>& args, const Workspace<T>& ws, const Reserve<T>& rs,
-                      const K& kern) const {
-        const kernels::cpu::Crew team = kernels::cpu::Crew::whole_team();
-        const BlockRange own = team.blocks(lay_.blocks);
-        const int64_t hp = lay_.hidden_padded, sw = config_.state_size();
-        const BlockRange hcols = state_columns(team, own);
-        const int64_t rows = rows_total(ws), out_width = config_.output_size();
-        const CellScratch<T>& cs = ws.cells[0];
-        for (int64_t l = 0; l < config_.num_layers; ++l)
-            for (int64_t d = 0; d < config_.num_directions(); ++d) {
-                const int64_t state = (l * config_.num_directions() + d) * batch_ * sw;
-                // Other threads may still read the previous cell's h0 rows and runs.
-#pragma omp barrier
-                kernels::cpu::gather_state_units(args.h0.empty() ? nullptr : args.h0.data() + state,
-                                                 batch_, sw, ws.batch.order, hcols.begin, hcols.end,
-                                                 cs.h_init, hp);
-                if (team.leads()) make_h_runs(ws, cs, d, rs.out + l * rows * out_width);
-#pragma omp barrier
-                cell_weight_grads(args, ws, cs, rs, l, d, kern, own, hcols);
-            }
-    }
-
-    // Weight and bias gradients of cell (l, d), rows of the own blocks, ADDED into dparams
-    // (PyTorch layout, host): dgates (S, G) and the bias gradient (G) come from the reserve, the
-    // partners from the layer input (x_sorted or the layer below's output) and the h runs that
-    // make_h_runs built for this cell (needs a barrier after it).
-    // With a projection also dW_hr (P, H) += sum over frames of dh^T h_raw, rows hcols of it,
-    // from the reserve's dh (S, P) and h_raw (S, Hp).
-    void cell_weight_grads(const BackwardArgs<T>& args, const Workspace<T>& ws,
-                           const CellScratch<T>& cs, const Reserve<T>& rs, int64_t l, int64_t d,
-                           const K& kern, BlockRange own, BlockRange hcols) const {
-        const int64_t gc = lay_.gate_cols, rows = rows_total(ws);
-        const int64_t out_width = config_.output_size(), in = config_.layer_input_size(l);
-        const int64_t cell = l * config_.num_directions() + d;
-        const T* layer_in = l == 0 ? ws.x_sorted : rs.out + (l - 1) * rows * out_width;
-        const int64_t ld_in = l == 0 ? x_stride(config_) : out_width;
-        const CellOffsets p = cell_offsets(config_, l, d);
-        T* grads = args.dparams.data();
-        const RowRun<T> x_run{0, rows, layer_in, ld_in};
-        kern.weight_grads(rs.gates + cell * seq_len_ * batch_ * gc, &x_run, 1, cs.runs,
-                          *cs.run_count, in, grads + p.weight_ih, grads + p.weight_hh, own);
-        if (p.has_bias())
-            kernels::cpu::add_bias_grads(rs.dbias + cell * gc, lay_, own, grads + p.bias_ih,
-                                         grads + p.bias_hh);
-        if (p.has_projection())
-            kernels::cpu::add_projection_grads(
-                rs.dh + cell * seq_len_ * batch_ * config_.proj_size,
-                rs.h_raw + cell * seq_len_ * batch_ * lay_.hidden_padded, rows, config_.proj_size,
-                lay_, hcols, grads + p.weight_hr);
-    }
-
-    // Projections, backward step s of direction d (s = -1: only d(h0) of the first step), columns
-    // hcols of P: dh (S, P) compact, this step's rows overwritten with the gradient reaching the
+    // Projections, backward step s of cell c (s = -1: only d(h0) of the first step), columns
+    // hcols of P: dh (T*N, P) plane, this step's rows overwritten with the gradient reaching the
     // projected h_t (dy, plus dgates_{t+1} W_hh or dhn), and cs.dh0 (N, Hp; P columns) rows of
     // sequences whose first step was the next one overwritten with dgates_{t+1} W_hh. Reads the
-    // next step's dgates from gates (S, G). Host; every element sums over gate columns in order.
-    void projected_grad(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
-                        const T* gates, T* dh, const T* d_out, BlockRange hcols) const {
+    // next step's dgates from gates (T*N, G). Host; every element sums over gate columns in order.
+    void projected_grad(const BackwardCell<T>& c, int64_t s, const CellScratch<T>& cs,
+                        const T* gates, T* dh, BlockRange hcols) const {
         const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols, proj = config_.proj_size;
-        const int64_t out_width = config_.output_size();
+        const int64_t out_width = config_.output_size(), d = c.direction;
+        const RowLayout& rows = *c.layout;
         if (hcols.count() == 0) return;
         const int64_t t = s >= 0 ? step_time(s, seq_len_, d) : 0;
-        const int64_t n = s >= 0 ? ws.batch.active[t] : 0;
+        const int64_t n = s >= 0 ? rows.active[t] : 0;
         const bool has_next = s + 1 < seq_len_;
         const int64_t t_next = has_next ? step_time(s + 1, seq_len_, d) : 0;
-        const int64_t n_next = has_next ? ws.batch.active[t_next] : 0;
-        const T* dg_next = gates + ws.offsets[t_next] * gc;
+        const int64_t n_next = has_next ? rows.active[t_next] : 0;
+        const T* dg_next = gates + rows.offsets[t_next] * gc;
         for (int64_t r = 0; r < std::max(n, n_next); ++r) {
-            T* out = r < n ? dh + (ws.offsets[t] + r) * proj : cs.dh0 + r * hp;
+            T* out = r < n ? dh + (rows.offsets[t] + r) * proj : cs.dh0 + r * hp;
             if (r < n_next) {
                 // The recurrent part: dgates_{t+1} W_hh over the interleaved gate rows.
                 std::fill(out + hcols.begin, out + hcols.end, T(0));
                 const T* dg = dg_next + r * gc;
-                for (int64_t c = 0; c < gc; ++c) {
-                    const T a = dg[c];
-                    const T* w = cs.w_hh_rows + c * proj;
+                for (int64_t col = 0; col < gc; ++col) {
+                    const T a = dg[col];
+                    const T* w = cs.w_hh_rows + col * proj;
                     for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += a * w[q];
                 }
             } else {
@@ -885,26 +700,27 @@ private:
                           out + hcols.begin);
             }
             if (r < n) {
-                const T* dy = d_out + (ws.offsets[t] + r) * out_width + d * proj;
+                const T* dy = c.d_out + (rows.offsets[t] + r) * out_width + d * proj;
                 for (int64_t q = hcols.begin; q < hcols.end; ++q) out[q] += dy[q];
             }
         }
     }
 
-    // Projections, backward step s of direction d after projected_grad (and a barrier): own
-    // units of cs.h_raw (N, Hp) overwritten with dh_raw = dh W_hr (w_hr (P, H) row-major, host;
-    // padded units 0), which the kernel's pass then takes as the carried gradient, dy being in dh
+    // Projections, backward step s of cell c after projected_grad (and a barrier): own units of
+    // cs.h_raw (N, Hp) overwritten with dh_raw = dh W_hr (w_hr (P, H) row-major, host; padded
+    // units 0), which the kernel's pass then takes as the carried gradient, dy being in dh
     // already. Rows split where c_{t-1} changes source; dbias (G) gets the dgates ADDED.
-    void backward_step_proj(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
-                            T* gates, const T* cells, T* dbias, const T* dh, const T* w_hr,
-                            const K& kern, BlockRange own) const {
+    void backward_step_proj(const BackwardCell<T>& c, int64_t s, const CellScratch<T>& cs, T* gates,
+                            const T* cells, T* dbias, const T* dh, const T* w_hr, const K& kern,
+                            BlockRange own) const {
         if (s < 0) return;
         const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, gc = lay_.gate_cols;
-        const int64_t proj = config_.proj_size;
+        const int64_t proj = config_.proj_size, d = c.direction;
         const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
         const int64_t end = std::min(u1, hidden);
-        const int64_t t = step_time(s, seq_len_, d), n = ws.batch.active[t];
-        const int64_t row = ws.offsets[t];
+        const RowLayout& rows = *c.layout;
+        const int64_t t = step_time(s, seq_len_, d), n = rows.active[t];
+        const int64_t row = rows.offsets[t];
         for (int64_t r = 0; r < n; ++r) {
             T* out = cs.h_raw + r * hp;
             std::fill(out + u0, out + u1, T(0));
@@ -916,8 +732,8 @@ private:
             }
         }
         const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
-        const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
-        const int64_t split = std::min(n_prev, n), row_prev = ws.offsets[t_prev];
+        const int64_t n_prev = s > 0 ? rows.active[t_prev] : 0;
+        const int64_t split = std::min(n_prev, n), row_prev = rows.offsets[t_prev];
         const int64_t cuts[3] = {0, split, n};
         for (int i = 0; i < 2; ++i) {
             const int64_t a = cuts[i], b = cuts[i + 1];
@@ -937,27 +753,27 @@ private:
         }
     }
 
-    // Backward step s of direction d (s = -1: only the initial-state gradient of the first
-    // step). Rows of this step split where the carry source changes (gradient from the next
-    // step, or dhn for a sequence's last step) and where c_{t-1} does (previous step, or c0).
-    // dbias (G) gets this step's dgates ADDED (own columns).
-    void backward_step(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d, int64_t s,
-                       T* gates, const T* cells, T* dbias, const T* d_out, const K& kern,
-                       BlockRange own) const {
-        const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols;
+    // Backward step s of cell c (s = -1: only the initial-state gradient of the first step).
+    // Rows of this step split where the carry source changes (gradient from the next step, or
+    // dhn for a sequence's last step) and where c_{t-1} does (previous step, or c0). dbias (G)
+    // gets this step's dgates ADDED (own columns).
+    void backward_segments(const BackwardCell<T>& c, int64_t s, const CellScratch<T>& cs, T* gates,
+                           const T* cells, T* dbias, const K& kern, BlockRange own) const {
+        const int64_t hp = lay_.hidden_padded, gc = lay_.gate_cols, d = c.direction;
         const int64_t out_width = config_.output_size();
+        const RowLayout& rows = *c.layout;
         const int64_t t = s >= 0 ? step_time(s, seq_len_, d) : 0;
-        const int64_t n = s >= 0 ? ws.batch.active[t] : 0;
+        const int64_t n = s >= 0 ? rows.active[t] : 0;
         const bool has_next = s + 1 < seq_len_;
         const int64_t t_next = has_next ? step_time(s + 1, seq_len_, d) : 0;
-        const int64_t n_next = has_next ? ws.batch.active[t_next] : 0;
-        const T* dg_next = gates + ws.offsets[t_next] * gc;
+        const int64_t n_next = has_next ? rows.active[t_next] : 0;
+        const T* dg_next = gates + rows.offsets[t_next] * gc;
         if (s >= 0) {
             const int64_t t_prev = s > 0 ? step_time(s - 1, seq_len_, d) : 0;
-            const int64_t n_prev = s > 0 ? ws.batch.active[t_prev] : 0;
+            const int64_t n_prev = s > 0 ? rows.active[t_prev] : 0;
             int64_t cuts[4] = {0, std::min(n_next, n), std::min(n_prev, n), n};
             std::sort(cuts + 1, cuts + 3);
-            const int64_t row = ws.offsets[t], row_prev = ws.offsets[t_prev];
+            const int64_t row = rows.offsets[t], row_prev = rows.offsets[t_prev];
             for (int i = 0; i < 3; ++i) {
                 const int64_t a = cuts[i], b = cuts[i + 1];
                 if (b <= a) continue;
@@ -965,7 +781,7 @@ private:
                 seg.rows = b - a;
                 seg.dgates_next = a < n_next ? dg_next + a * gc : nullptr;
                 seg.dh_carry = cs.dhn + a * hp;
-                seg.dy = d_out + (row + a) * out_width + d * lay_.hidden;
+                seg.dy = c.d_out + (row + a) * out_width + d * lay_.hidden;
                 seg.ld_dy = out_width;
                 seg.gates = gates + (row + a) * gc;
                 seg.c = cells + (row + a) * hp;
@@ -979,47 +795,49 @@ private:
         if (n_next > n) kern.backward_dh0(n_next - n, dg_next + n * gc, cs.dh0 + n * hp, own);
     }
 
-    // Runs pairing each compact row of dgates with its h_{t-1}, in increasing row order, merged
-    // where consecutive, into cs.runs and cs.run_count. Called by one member of the crew.
-    void make_h_runs(const Workspace<T>& ws, const CellScratch<T>& cs, int64_t d,
-                     const T* layer_out) const {
+    // Runs pairing each plane row of cell c's dgates with its h_{t-1}, in increasing row order,
+    // merged where consecutive, into cs.runs and cs.run_count. Called by one member of the crew.
+    void make_h_runs(const BackwardCell<T>& c, const CellScratch<T>& cs) const {
         const int64_t hp = lay_.hidden_padded, out_width = config_.output_size();
-        const T* h_out = layer_out + d * config_.state_size();
+        const int64_t d = c.direction;
+        const RowLayout& rows = *c.layout;
+        const T* h_out = c.out + d * config_.state_size();
         int64_t count = 0;
-        auto push = [&](int64_t k0, int64_t rows, const T* src, int64_t ld) {
-            if (rows == 0) return;
+        auto push = [&](int64_t k0, int64_t n, const T* src, int64_t ld) {
+            if (n == 0) return;
             RowRun<T>& last = cs.runs[count > 0 ? count - 1 : 0];
             if (count > 0 && last.ld == ld && last.k0 + last.count == k0 &&
                 last.rows + last.count * ld == src) {
-                last.count += rows;
+                last.count += n;
                 return;
             }
-            cs.runs[count++] = RowRun<T>{k0, rows, src, ld};
+            cs.runs[count++] = RowRun<T>{k0, n, src, ld};
         };
         for (int64_t t = 0; t < seq_len_; ++t) {
             // The step processed just before t in this direction.
             const bool first = d == 0 ? t == 0 : t == seq_len_ - 1;
             const int64_t t_prev = d == 0 ? t - 1 : t + 1;
-            const int64_t n = ws.batch.active[t];
-            const int64_t n_prev = first ? 0 : std::min(n, ws.batch.active[t_prev]);
+            const int64_t n = rows.active[t];
+            const int64_t n_prev = first ? 0 : std::min(n, rows.active[t_prev]);
             if (n_prev > 0)
-                push(ws.offsets[t], n_prev, h_out + ws.offsets[t_prev] * out_width, out_width);
-            push(ws.offsets[t] + n_prev, n - n_prev, cs.h_init + n_prev * hp, hp);
+                push(rows.offsets[t], n_prev, h_out + rows.offsets[t_prev] * out_width, out_width);
+            push(rows.offsets[t] + n_prev, n - n_prev, cs.h_init + n_prev * hp, hp);
         }
         *cs.run_count = count;
     }
 
-    // dh0 (columns hcols of sw = config.state_size(), at h_state of the (L*D, N, sw) host tensor)
-    // / dc0 (own units of H, at state of (L*D, N, H)) of one cell, overwritten, back in the
-    // caller's row order.
-    void write_state_grads(const BackwardArgs<T>& args, const Workspace<T>& ws,
-                           const CellScratch<T>& cs, int64_t state, int64_t h_state, int64_t u0,
-                           int64_t u1, BlockRange hcols) const {
-        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, end = std::min(u1, hidden);
-        const int64_t sw = config_.state_size(), h_end = std::min(hcols.end, sw);
+    // dh0 (columns hcols of sw = config.state_size()) / dc0 (own units of H) of cell c,
+    // overwritten in the caller's (L*D, N, sw) / (L*D, N, H) host tensors, back in its row order.
+    void write_state_grads(const BackwardCell<T>& c, const CellScratch<T>& cs, BlockRange own,
+                           BlockRange hcols) const {
+        const int64_t hidden = lay_.hidden, hp = lay_.hidden_padded, sw = config_.state_size();
+        const int64_t u0 = own.begin * kUnitBlock, end = std::min(own.end * kUnitBlock, hidden);
+        const int64_t h_end = std::min(hcols.end, sw);
+        const BackwardArgs<T>& args = *c.args;
         for (int64_t r = 0; r < batch_; ++r) {
-            const int64_t dst = state + ws.batch.order[r] * hidden;
-            const int64_t h_dst = h_state + ws.batch.order[r] * sw;
+            const int64_t caller = c.layout->order[r];
+            const int64_t dst = (c.cell * batch_ + caller) * hidden;
+            const int64_t h_dst = (c.cell * batch_ + caller) * sw;
             if (!args.dh0.empty())
                 for (int64_t u = hcols.begin; u < h_end; ++u)
                     args.dh0[h_dst + u] = cs.dh0[r * hp + u];
@@ -1028,55 +846,76 @@ private:
         }
     }
 
+    // Weight and bias gradients of cell c, rows of the own blocks, ADDED into dparams (PyTorch
+    // layout, host): dgates and the bias gradient come from the reserve, the partners from the
+    // layer input and the h runs that make_h_runs built for this cell (needs a barrier after
+    // it). With a projection also dW_hr (P, H) += sum over frames of dh^T h_raw, rows hcols of
+    // it, from the reserve's dh and h_raw.
+    void cell_weight_grads(const BackwardCell<T>& c, const CellScratch<T>& cs, const K& kern,
+                           BlockRange own, BlockRange hcols) const {
+        const int64_t frames = c.layout->frames(), hp = lay_.hidden_padded;
+        const CellOffsets& p = c.p;
+        T* grads = c.args->dparams.data();
+        const RowRun<T> x_run{0, frames, c.in, c.ld_in};
+        kern.weight_grads(plane(rs_.gates, c, lay_.gate_cols), &x_run, 1, cs.runs, *cs.run_count,
+                          c.in_width, grads + p.weight_ih, grads + p.weight_hh, own);
+        if (p.has_bias())
+            kernels::cpu::add_bias_grads(rs_.dbias + c.cell * lay_.gate_cols, lay_, own,
+                                         grads + p.bias_ih, grads + p.bias_hh);
+        if (p.has_projection())
+            kernels::cpu::add_projection_grads(plane(rs_.dh, c, config_.proj_size),
+                                               plane(rs_.h_raw, c, hp), frames, config_.proj_size,
+                                               lay_, hcols, grads + p.weight_hr);
+    }
+
     const Config& config_;
     FusedLayout lay_;
     int64_t seq_len_;
     int64_t batch_;
-    // The per-direction crews' barriers when a bidirectional layer runs side by side; shared by
-    // the team (the loop object outlives the call's one parallel region).
-    mutable kernels::cpu::CrewBarrier crew_barriers_[2];
+    // Per lane (a direction running side by side has its own; cells_[1] is cells_[0] for a
+    // unidirectional model): the scratch and the kernel set built on it.
+    CellScratch<T> cells_[2];
+    std::optional<K> kerns_[2];
+    Reserve<T> rs_{};
 };
 
 }  // namespace fused_detail
 
-// The plan of `fused`: the path (kernel set) chosen when it was made, the sizes of the carving
-// above, and the time loop on that kernel set.
+// The sizes of a fused plan: the carving does not depend on the kernel set.
+template <typename T>
+using FusedSizing = fused_detail::FusedEngine<T, kernels::cpu::PortableFusedKernels<T>>;
+
+// The plan of `fused`: the path (kernel set) chosen when it was made, the stack loop's sizes, and
+// the loop on that path's engine.
 class FusedPlan final : public Plan {
 public:
     FusedPlan(const Variant& variant, const PlanRequest& r)
-        : Plan(variant, r, workspace_size(r), reserve_size(r)), isa_(fused_isa_named(r.path)) {}
+        : Plan(variant, r,
+               stack_buffer_bytes<FusedSizing>(r.config, r.dtype, r.seq_len, r.batch, false),
+               stack_buffer_bytes<FusedSizing>(r.config, r.dtype, r.seq_len, r.batch, true)),
+          isa_(fused_isa_named(r.path)) {}
 
 protected:
     void run_forward(const ForwardArgs<float>& a) const override {
-        with_loop(a.x, [&](auto&& time_loop) { time_loop.forward(a); });
+        with_loop(a.x, [&](auto&& stack) { stack.forward(a); });
     }
     void run_forward(const ForwardArgs<double>& a) const override {
         loop<double, kernels::cpu::PortableFusedKernels<double>>(a.x).forward(a);
     }
     void run_backward(const BackwardArgs<float>& a) const override {
-        with_loop(a.x, [&](auto&& time_loop) { time_loop.backward(a); });
+        with_loop(a.x, [&](auto&& stack) { stack.backward(a); });
     }
     void run_backward(const BackwardArgs<double>& a) const override {
         loop<double, kernels::cpu::PortableFusedKernels<double>>(a.x).backward(a);
     }
 
 private:
-    static size_t workspace_size(const PlanRequest& r) {
-        return detail::carved_bytes_from_boundary(r.dtype, [&](detail::Carver& carve, auto e) {
-            fused_detail::carve_workspace<decltype(e)>(carve, r.config, r.seq_len, r.batch);
-        });
-    }
-    static size_t reserve_size(const PlanRequest& r) {
-        return detail::carved_bytes_from_boundary(r.dtype, [&](detail::Carver& carve, auto e) {
-            fused_detail::carve_reserve<decltype(e)>(carve, r.config, r.seq_len, r.batch);
-        });
-    }
     // x (T, N, I), host.
     template <typename T, typename K>
-    fused_detail::FusedLoop<T, K> loop(const TensorView<const T>& x) const {
-        return fused_detail::FusedLoop<T, K>(config(), x.size(0), x.size(1));
+    StackLoop<T, fused_detail::FusedEngine<T, K>> loop(const TensorView<const T>& x) const {
+        return StackLoop<T, fused_detail::FusedEngine<T, K>>(config(), x.size(0), x.size(1));
     }
-    // Calls run(loop) with the fp32 time loop on the plan's kernel set; x (T, N, I), host.
+    // Calls run(loop) with the fp32 stack loop on the plan's kernel set; x (T, N, I), host.
     template <typename Run>
     void with_loop(const TensorView<const float>& x, Run&& run) const {
         switch (isa_) {

@@ -322,8 +322,7 @@ void check_training(cuda::Context& ctx, const Config& config) {
 
 void sizes_agree(const Config& config) {
     cuda::Context ctx;
-    const auto& v = static_cast<const cuda::CudnnVariant&>(find_variant("cudnn", Device::cuda));
-    const cuda::CudnnSizes s = v.sizes(config, DType::f32, 50, 8);
+    const cuda::CudnnSizes s = cuda::cudnn_sizes(&ctx, config, DType::f32, 50, 8);
     CHECK(s.weight_space == cuda::cudnn_weight_layout(ctx, config, DType::f32).weight_space_bytes);
     CHECK(s.reserve_training > 0);
     std::printf(

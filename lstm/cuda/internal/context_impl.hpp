@@ -5,14 +5,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <functional>
 #include <memory>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "lstm/cuda/context.hpp"
 #include "lstm/cuda/internal/check.hpp"
+#include "lstm/plan_cache.hpp"
 
 #if LSTM_WITH_CUDNN
 #include <cudnn.h>
@@ -20,11 +18,14 @@
 
 namespace lstm::cuda {
 
-// A plan is whatever a variant builds once per shape and reuses: descriptors, captured graphs,
-// sizes. Plans own their CUDA objects and release them in their destructors.
-struct Plan {
-    virtual ~Plan() = default;
+// Per-context scratch of an operation other than an LSTM variant (the losses): whatever it
+// keeps between calls, released in its destructor.
+struct Scratch {
+    virtual ~Scratch() = default;
 };
+
+// The operations that keep Scratch in a context, one slot each.
+enum class ScratchSlot { cross_entropy, ctc, count };
 
 struct Context::Impl {
     // cuBLAS's recommended workspace on Hopper. Handing it over explicitly keeps cuBLAS from
@@ -52,19 +53,28 @@ struct Context::Impl {
     cudaStream_t side_stream(size_t i);
     // Event i of a pool (created on first use, timing disabled: used only for ordering).
     cudaEvent_t event(size_t i);
-
-    // The plan stored under `key`, built by `make()` (returning std::unique_ptr<P>) when absent.
-    // Keys name the variant and everything the plan depends on (shape, dtype, pointers).
-    template <typename P, typename Make>
-    P& plan(const std::string& key, Make&& make) {
-        auto it = plans.find(key);
-        if (it == plans.end()) it = plans.emplace(key, std::unique_ptr<Plan>(make())).first;
-        return static_cast<P&>(*it->second);
-    }
+    // A cuBLAS handle of its own for side stream 0 (created on first use). The main handle stays
+    // bound to the main stream: cublasSetStream resets a handle's workspace to cuBLAS's pool,
+    // which may allocate during graph capture, and two streams sharing one workspace would race.
+    cublasHandle_t side_cublas();
 
     std::vector<cudaStream_t> side_streams;
     std::vector<cudaEvent_t> events;
-    std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+    cublasHandle_t side_cublas_handle = nullptr;
+    void* side_cublas_workspace = nullptr;
+    // The scratch of `slot`, an S made on first use.
+    template <typename S>
+    S& scratch(ScratchSlot slot) {
+        std::unique_ptr<Scratch>& held = scratches[static_cast<size_t>(slot)];
+        if (!held) held = std::make_unique<S>();
+        return static_cast<S&>(*held);
+    }
+
+    // The plans of calls made with this context (Context::plans()) and the losses' scratch. Both
+    // may hold graphs and descriptors that reference the handles above, so release() drops them
+    // first.
+    PlanCache plans;
+    std::unique_ptr<Scratch> scratches[static_cast<size_t>(ScratchSlot::count)];
 
 private:
     // Releases whatever exists (null members are skipped) on the context's device: the
