@@ -9,6 +9,7 @@
 #include <sys/auxv.h>   // getauxval
 #endif
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/fused_simd.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/simd.hpp"
@@ -59,7 +60,8 @@ std::string cpu_instruction_sets() {
     const auto yes_no = [](bool has) { return has ? std::string(" yes") : std::string(" no"); };
     const std::string sets = "AVX2" + yes_no(__builtin_cpu_supports("avx2")) + ", FMA" +
                              yes_no(__builtin_cpu_supports("fma")) + ", AVX-512F" +
-                             yes_no(__builtin_cpu_supports("avx512f"));
+                             yes_no(__builtin_cpu_supports("avx512f")) + ", AVX512_BF16" +
+                             yes_no(kernels::cpu::cpu_reports_avx512_bf16());
     const kernels::cpu::SimdCap cap = kernels::cpu::isa_cap();
     if (cap == kernels::cpu::SimdCap::all) return sets;
     return sets + "; LSTM_MAX_CPU_ISA = " + kernels::cpu::isa_cap_name(cap) + ": " +

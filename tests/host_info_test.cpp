@@ -81,8 +81,8 @@ TEST_CASE("host_facts names the CPU and its instruction sets", "[host_info]") {
     CHECK_FALSE(facts[0].value.empty());
     CHECK(facts[1].key == "cpu_isa");
 #if defined(__x86_64__)
-    CHECK_THAT(facts[1].value,
-               Catch::Contains("AVX2") && Catch::Contains("FMA") && Catch::Contains("AVX-512F"));
+    CHECK_THAT(facts[1].value, Catch::Contains("AVX2") && Catch::Contains("FMA") &&
+                                   Catch::Contains("AVX-512F") && Catch::Contains("AVX512_BF16"));
 #elif defined(__aarch64__) && defined(__linux__)
     // Every 64-bit ARM core has NEON; SVE2 comes only with SVE, and Highway dispatches to SVE2
     // only where the kernel reports it.

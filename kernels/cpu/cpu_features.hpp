@@ -183,6 +183,24 @@ inline bool cpu_has_avx512() {
 #endif
 }
 
+// Whether CPUID reports AVX512_BF16 (leaf 7, subleaf 1, EAX bit 5: VDPBF16PS and the bf16
+// conversions), whatever the operating system or isa_cap() allow. False off x86-64.
+inline bool cpu_reports_avx512_bf16() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    // Subleaf 1 exists only when leaf 7's subleaf 0 says so in EAX.
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || eax < 1) return false;
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (eax & (1u << 5)) != 0;
+#else
+    return false;
+#endif
+}
+
+// True when the bf16 instructions run here: the CPU reports AVX512_BF16 and cpu_has_avx512()
+// holds (the operating system saves the AVX-512 registers, isa_cap() allows AVX-512).
+inline bool cpu_has_avx512_bf16() { return cpu_reports_avx512_bf16() && cpu_has_avx512(); }
+
 // True when the processor and the operating system support AVX2 with FMA, what the fused
 // variant's Highway kernels (kernels/cpu/fused_simd.hpp) need for their AVX2 target, and
 // isa_cap() allows it; checked the same way as cpu_has_avx512(). False off x86-64.
