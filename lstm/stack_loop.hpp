@@ -88,7 +88,9 @@ inline int64_t stack_row_count(int64_t seq_len, int64_t batch) {
     return 2 * batch + 2 * seq_len + 1;
 }
 
-// One cell (layer, direction) as the loop hands it to an engine's hooks; host memory.
+// One cell (layer, direction) as the loop hands it to an engine's hooks. The planes of the
+// structs below (in, out, d_out, d_in) lie where the engine's buffers do (host memory, or a
+// device engine's device), the call's tensors where the call put them.
 struct CellRun {
     int64_t layer, direction, cell;  // cell = layer * D + direction
     int64_t in_width;                // this layer's input features
