@@ -12,8 +12,11 @@ namespace lstm::bench {
 
 void add_host_context(const std::vector<int>& cpu_thread_counts) {
     for (const HostFact& f : host_facts()) benchmark::AddCustomContext(f.key, f.value);
-    for (const CodePath& p : code_paths())
+    for (const CodePath& p : code_paths()) {
         benchmark::AddCustomContext("path:" + p.name + "/" + p.device, p.path);
+        if (!p.bf16.empty())
+            benchmark::AddCustomContext("path:" + p.name + "/" + p.device + "/bf16", p.bf16);
+    }
 
     std::vector<int> counts = cpu_thread_counts;
     std::sort(counts.begin(), counts.end());

@@ -110,6 +110,15 @@ std::string variant_path(const Variant& variant) {
     return "";
 }
 
+std::string variant_bf16_path(const Variant& variant) {
+    // A two-layer bidirectional LSTM with a projection: every option a variant may lack.
+    const Config config{8, 16, 2, true, 8};
+    if (auto why = variant.supports(config, DType::f32)) return "none: " + *why;
+    if (auto why = variant.supports_precision(config, DType::f32, Precision::bf16))
+        return "none: " + *why;
+    return variant.describe_precision(Precision::bf16);
+}
+
 std::string ctc_kernel_path() { return std::string("Highway ") + kernels::cpu::simd_target_name(); }
 
 std::vector<HostFact> host_facts() {
@@ -126,9 +135,10 @@ std::vector<CodePath> code_paths() {
     for (const Variant* v : variants()) {
         std::string path = variant_path(*v);
         if (path.empty()) path = "unknown (lstm/host_info.hpp has no entry for it)";
-        out.push_back({v->name(), to_string(v->device()), std::move(path), true});
+        out.push_back(
+            {v->name(), to_string(v->device()), std::move(path), variant_bf16_path(*v), true});
     }
-    out.push_back({"ctc", "cpu", ctc_kernel_path(), false});
+    out.push_back({"ctc", "cpu", ctc_kernel_path(), "", false});
     return out;
 }
 

@@ -45,6 +45,9 @@ std::string eigen_instruction_sets();
 // up in tests/host_info_test.cpp.
 std::string variant_path(const Variant& variant);
 
+// What `variant` runs at Precision::bf16 (Variant::describe_precision), or "none: " and why not.
+std::string variant_bf16_path(const Variant& variant);
+
 // The CTC loss kernel's path (it is not a variant: every model's CTC head runs it).
 std::string ctc_kernel_path();
 
@@ -56,6 +59,7 @@ struct CodePath {
     std::string name;    // the variant's name, or "ctc" for the CTC kernel
     std::string device;  // "cpu" or "cuda"
     std::string path;    // variant_path(), or "unknown (...)" where it has no entry
+    std::string bf16;    // variant_bf16_path(); empty for the CTC kernel
     bool is_variant;     // false for the CTC kernel
 };
 

@@ -294,6 +294,17 @@ public:
         path_ = std::move(path);
     }
     const std::string& path() const { return path_; }
+
+    // What this layer's products compute in (lstm/tensor.hpp's Precision, docs/precision.md), as
+    // PyTorch's autocast chooses it: parameters, gradients and every tensor this layer takes and
+    // returns stay in T (the fp32 masters a checkpoint saves); Precision::bf16 rounds the
+    // operands of the products inside each call. Throws lstm::Unsupported where the variant has
+    // no such path for this config and dtype, and then keeps the previous one.
+    void set_precision(Precision precision) {
+        variant_->require_precision(core_, dtype_of<T>(), precision);
+        precision_ = precision;
+    }
+    Precision precision() const { return precision_; }
     // The plans this layer made (one per call shape it ran), least recently used dropped first.
     const PlanCache& plans() const { return plans_; }
 
@@ -742,8 +753,8 @@ private:
     }
     // The plan of one variant call of `config` (core_ or one of its layers) on (T, N).
     std::shared_ptr<const Plan> plan(const Config& config, int64_t seq_len, int64_t batch) const {
-        PlanRequest request{config, dtype_of<T>(), seq_len, batch, path_};
-        request.context = context_;
+        const PlanRequest request{config, dtype_of<T>(), seq_len,   batch,
+                                  path_,  context_,      precision_};
         return plans_.get(*variant_, request);
     }
 
@@ -758,8 +769,9 @@ private:
     Config core_;  // what the variant runs: config_ without batch_first and dropout
     const Variant* variant_;
     Device device_;
-    cuda::Context* context_;  // the owned or the borrowed one; null on the host
-    std::string path_;        // see set_path
+    cuda::Context* context_;                 // the owned or the borrowed one; null on the host
+    std::string path_;                       // see set_path
+    Precision precision_ = Precision::full;  // see set_precision
 #if LSTM_WITH_CUDA
     // Declared before the plans and the buffers, so it is destroyed after them (a CUDA plan
     // holds graphs and descriptors made on the context).

@@ -3,10 +3,10 @@
 // PlanCache: the one place plans are kept. An lstm::Lstm owns one for its calls, a
 // cuda::Context's variants keep theirs in the context's, and the process has a default one for
 // direct Variant calls and sizing queries (default_plan_cache()). One key for all of them: the
-// variant, the request (config, dtype, T, N, path resolved, context) and the variant's plan_tag
-// (oneDNN's thread count). Bounded by a count and by the bytes the plans hold (Plan::held_bytes);
-// the least recently used plan goes first, and a plan dropped while a call holds it lives until
-// the call returns. A lookup that finds its plan does not allocate.
+// variant, the request (config, dtype, T, N, path resolved, context, precision) and the
+// variant's plan_tag (oneDNN's thread count). Bounded by a count and by the bytes the plans hold
+// (Plan::held_bytes); the least recently used plan goes first, and a plan dropped while a call
+// holds it lives until the call returns. A lookup that finds its plan does not allocate.
 
 #include <cstddef>
 #include <cstdint>
@@ -106,8 +106,8 @@ private:
                         const std::string& path, int64_t tag) {
         return e.variant == &variant && e.tag == tag && e.request.dtype == r.dtype &&
                e.request.seq_len == r.seq_len && e.request.batch == r.batch &&
-               e.request.context == r.context && e.request.path == path &&
-               e.request.config == r.config;
+               e.request.context == r.context && e.request.precision == r.precision &&
+               e.request.path == path && e.request.config == r.config;
     }
 
     PlanCacheLimits limits_;

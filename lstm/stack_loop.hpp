@@ -53,6 +53,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/crew.hpp"
@@ -472,8 +473,13 @@ struct HostEngine {
 template <typename T, typename S>
 class StepEngine : public HostEngine<T> {
 public:
-    StepEngine(const Config& config, int64_t seq_len, int64_t batch)
-        : config_(config), batch_(batch), seq_len_(seq_len), step_(config, seq_len, batch) {}
+    // `precision`: an engine with a bf16 path (see EngineVariant) is constructed with it.
+    StepEngine(const Config& config, int64_t seq_len, int64_t batch,
+               Precision precision = Precision::full)
+        : config_(config),
+          batch_(batch),
+          seq_len_(seq_len),
+          step_(make_step(config, seq_len, batch, precision)) {}
 
     int64_t x_stride() const { return config_.input_size; }
     bool side_by_side(int) const { return false; }
@@ -566,6 +572,13 @@ public:
     void end_weights(const BackwardCell<T>&, const Crew&) {}
 
 private:
+    static S make_step(const Config& config, int64_t seq_len, int64_t batch, Precision precision) {
+        if constexpr (std::is_constructible_v<S, const Config&, int64_t, int64_t, Precision>)
+            return S(config, seq_len, batch, precision);
+        else
+            return S(config, seq_len, batch);
+    }
+
     // dst (N, width) sorted <- this cell's slice of an (L*D, N, width) state tensor (zeros when
     // it is empty).
     template <typename V>
@@ -598,14 +611,14 @@ private:
 // ------------------------------------------------------------------------------------------------
 
 // Bytes of the workspace (or, with `reserve`, the reserve) of the stack loop on EngineFor<T>, T
-// the dtype's element type.
-template <template <typename> class EngineFor>
+// the dtype's element type; `extra` as the loop's constructor takes it.
+template <template <typename> class EngineFor, typename... Extra>
 size_t stack_buffer_bytes(const Config& config, DType dtype, int64_t seq_len, int64_t batch,
-                          bool reserve) {
+                          bool reserve, const Extra&... extra) {
     return detail::carved_bytes_from_boundary<EngineFor<float>::kBoundary>(
         dtype, [&](detail::Carver& carve, auto e) {
             using E = decltype(e);
-            StackLoop<E, EngineFor<E>> loop(config, seq_len, batch);
+            StackLoop<E, EngineFor<E>> loop(config, seq_len, batch, extra...);
             if (reserve)
                 loop.carve_reserve(carve);
             else
@@ -622,8 +635,11 @@ public:
     using Engine = StepEngine<T, Step<T>>;
 
     StackPlan(const Variant& variant, const PlanRequest& r)
-        : Plan(variant, r, stack_buffer_bytes<Engine>(r.config, r.dtype, r.seq_len, r.batch, false),
-               stack_buffer_bytes<Engine>(r.config, r.dtype, r.seq_len, r.batch, true)) {}
+        : Plan(
+              variant, r,
+              stack_buffer_bytes<Engine>(r.config, r.dtype, r.seq_len, r.batch, false, r.precision),
+              stack_buffer_bytes<Engine>(r.config, r.dtype, r.seq_len, r.batch, true,
+                                         r.precision)) {}
 
 protected:
     void run_forward(const ForwardArgs<float>& a) const override { loop(a.x).forward(a); }
@@ -635,9 +651,21 @@ private:
     // x (T, N, I), host.
     template <typename T>
     StackLoop<T, Engine<T>> loop(const TensorView<const T>& x) const {
-        return StackLoop<T, Engine<T>>(config(), x.size(0), x.size(1));
+        return StackLoop<T, Engine<T>>(config(), x.size(0), x.size(1), precision());
     }
 };
+
+namespace detail {
+
+// Whether the step engine S says which precisions it computes (a bf16 path).
+template <typename S, typename = void>
+struct StepHasPrecision : std::false_type {};
+template <typename S>
+struct StepHasPrecision<
+    S, std::void_t<decltype(S::supports_precision(std::declval<const Config&>(), Precision::bf16))>>
+    : std::true_type {};
+
+}  // namespace detail
 
 // A CPU variant made of one step engine, in float and double, split backward included: what an
 // engine needs to be registered (lstm/registry.hpp). The engine class says who it is:
@@ -645,6 +673,10 @@ private:
 //   static std::optional<std::string> supports(const Config&);  why not, or nullopt
 //   static std::string describe();                               what it runs, for reports
 //   using Cell = ...;      its element-wise cell (kernels/common/gates.hpp), which the oracle reads
+// and, for a bf16 path (Precision, lstm/tensor.hpp), optionally:
+//   static std::optional<std::string> supports_precision(const Config&, Precision);
+//   static std::string describe_precision(Precision);            what that path runs, for reports
+//   S(const Config&, int64_t seq_len, int64_t batch, Precision)   the constructor it then takes
 template <template <typename> class Step>
 class EngineVariant final : public Variant {
 public:
@@ -652,6 +684,19 @@ public:
     Device device() const override { return Device::cpu; }
     std::optional<std::string> supports(const Config& config, DType) const override {
         return Step<float>::supports(config);
+    }
+    std::optional<std::string> supports_precision(const Config& config, DType dtype,
+                                                  Precision precision) const override {
+        if constexpr (detail::StepHasPrecision<Step<float>>::value)
+            return Step<float>::supports_precision(config, precision);
+        else
+            return Variant::supports_precision(config, dtype, precision);
+    }
+    std::string describe_precision(Precision precision) const override {
+        if constexpr (detail::StepHasPrecision<Step<float>>::value)
+            return Step<float>::describe_precision(precision);
+        else
+            return Variant::describe_precision(precision);
     }
     // The stack loop runs the weights part from what the data part left (see WeightStep).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }

@@ -17,8 +17,28 @@ enum class Device { cpu, cuda };
 
 enum class DType { f32, f64 };
 
+// What the matrix products of an LSTM call compute in; the data at the API keeps its DType.
+//  - full: the data's own precision (fp32 products for float32 data, fp64 for float64).
+//  - bf16: mixed precision for float32 data (Kalamkar et al. 2019; oneDNN's and cuDNN's bf16
+//    RNNs): every operand entering a matrix product (weights, x, h, and in backward the gradients
+//    that enter the products) is rounded to bfloat16 with round-to-nearest-even
+//    (kernels/common/bf16.hpp); the products accumulate in fp32; bias, gate math, c and every
+//    output and gradient stay fp32. docs/precision.md lists each rounding point.
+enum class Precision { full, bf16 };
+
 inline const char* to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
 inline const char* to_string(DType dtype) { return dtype == DType::f32 ? "float32" : "float64"; }
+inline const char* to_string(Precision precision) {
+    return precision == Precision::full ? "full" : "bf16";
+}
+
+// The precision named `name` ("full" or "bf16"), as flags and files spell it; `what` names the
+// argument in the error.
+inline Precision precision_named(const std::string& name, const char* what) {
+    for (Precision p : {Precision::full, Precision::bf16})
+        if (name == to_string(p)) return p;
+    fail(what, ": expected a compute precision, full or bf16, got '", name, "'");
+}
 
 template <typename T>
 constexpr DType dtype_of() {

@@ -112,19 +112,22 @@ BackwardArgs<T> backward_args_from(const ForwardArgs<T>& f) {
 class Variant;
 
 // What a plan is made for: one problem of one variant. `path` names the code the plan runs, one
-// of Variant::paths(dtype) (an instruction set now, a precision next); empty asks for the
-// variant's choice on this host (Variant::default_path). Short names, so a request that is only
-// compared (a plan cache's lookup) does not allocate.
+// of Variant::paths(dtype) (an instruction set); empty asks for the variant's choice on this host
+// (Variant::default_path). `precision` is what its products compute in (lstm/tensor.hpp's
+// Precision; Variant::supports_precision says which a variant has). Short names, so a request
+// that is only compared (a plan cache's lookup) does not allocate.
 struct PlanRequest {
     PlanRequest() = default;
     PlanRequest(const Config& config_, DType dtype_, int64_t seq_len_, int64_t batch_,
-                std::string path_ = {}, cuda::Context* context_ = nullptr)
+                std::string path_ = {}, cuda::Context* context_ = nullptr,
+                Precision precision_ = Precision::full)
         : config(config_),
           dtype(dtype_),
           seq_len(seq_len_),
           batch(batch_),
           path(std::move(path_)),
-          context(context_) {}
+          context(context_),
+          precision(precision_) {}
 
     Config config;  // config.core(): time-major, no dropout
     DType dtype = DType::f32;
@@ -132,6 +135,7 @@ struct PlanRequest {
     int64_t batch = 0;                 // N
     std::string path;                  // empty: Variant::default_path(dtype)
     cuda::Context* context = nullptr;  // CUDA variants: the context the plan's calls run on
+    Precision precision = Precision::full;
 };
 
 // A variant's decisions for one problem, made once and run many times (the way CUTLASS's
@@ -151,6 +155,7 @@ public:
     const PlanRequest& request() const { return request_; }
     const Config& config() const { return request_.config; }
     const std::string& path() const { return request_.path; }
+    Precision precision() const { return request_.precision; }
     // Bytes of scratch for one forward or backward call, and bytes a training forward leaves
     // for backward.
     size_t workspace_bytes() const { return workspace_bytes_; }
@@ -201,6 +206,13 @@ public:
 
     // Why this variant cannot run `config` in `dtype`; std::nullopt when it can.
     virtual std::optional<std::string> supports(const Config& config, DType dtype) const = 0;
+    // Why this variant cannot compute `config` on `dtype` data in `precision` (lstm/tensor.hpp);
+    // std::nullopt when it can. Only asked for what supports() accepts, and never for
+    // Precision::full, which every variant computes. The default has no bf16 path.
+    virtual std::optional<std::string> supports_precision(const Config& /*config*/, DType /*dtype*/,
+                                                          Precision precision) const {
+        return std::string("it has no ") + to_string(precision) + " compute path";
+    }
     // Why this variant cannot take per-sequence lengths; std::nullopt when it can.
     virtual std::optional<std::string> supports_variable_lengths() const { return std::nullopt; }
     // Why this variant cannot run backward as separate data and weights calls; nullopt when it can.
@@ -217,6 +229,12 @@ public:
     virtual std::string default_path(DType /*dtype*/) const { return "default"; }
     // What `path` runs on this host, for reports (lstm_tool info, the bench's context).
     virtual std::string describe_path(const std::string& path) const { return path; }
+    // What this variant's `precision` path runs on this host (which instructions its bf16
+    // products take, and whether that is faster than full precision), for the same reports;
+    // only asked where supports_precision() accepts it.
+    virtual std::string describe_precision(Precision precision) const {
+        return to_string(precision);
+    }
     // Why `path` is not among paths() on this host ("this CPU has no AVX-512"), for the error
     // that refuses it; empty where the variant has no such path anywhere.
     virtual std::string why_no_path(const std::string& /*path*/) const { return ""; }
@@ -226,7 +244,7 @@ public:
 
     // A plan for `request` (see Plan). Throws lstm::Error for a malformed config, T or N below 1,
     // sizes whose byte counts overflow or a path not in paths(), and lstm::Unsupported where
-    // supports() objects. Builds anew on each call; PlanCache keeps plans.
+    // supports() or supports_precision() objects. Builds anew on each call; PlanCache keeps plans.
     std::unique_ptr<Plan> make_plan(const PlanRequest& request) const;
 
     // What a plan of `request` depends on beyond the request (oneDNN's primitives: the OpenMP
@@ -265,6 +283,19 @@ public:
                 fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
                                      ") cannot take per-sequence lengths: ", *why);
         }
+    }
+
+    // Throws lstm::Unsupported naming the variant when it cannot compute `config` on `dtype` in
+    // `precision`: bf16 products are for float32 data, and supports_precision() must agree.
+    void require_precision(const Config& config, DType dtype, Precision precision) const {
+        if (precision == Precision::full) return;
+        if (dtype != DType::f32)
+            fail_as<Unsupported>("precision ", to_string(precision), ": mixed precision is for ",
+                                 to_string(DType::f32), " data, got ", to_string(dtype));
+        if (auto why = supports_precision(config, dtype, precision))
+            fail_as<Unsupported>("variant '", name(), "' (", to_string(device()),
+                                 ") cannot compute this config in precision ", to_string(precision),
+                                 ": ", *why);
     }
 
 protected:
@@ -497,6 +528,7 @@ inline std::unique_ptr<Plan> Variant::build_plan(const PlanRequest& request) con
 inline std::unique_ptr<Plan> Variant::make_plan(const PlanRequest& request) const {
     check_sizes(request.config, request.seq_len, request.batch, "make_plan");
     require(request.config, request.dtype, false);
+    require_precision(request.config, request.dtype, request.precision);
     PlanRequest resolved = request;
     if (resolved.path.empty()) resolved.path = default_path(request.dtype);
     const std::vector<std::string> known = paths(request.dtype);

@@ -147,3 +147,33 @@ TEST_CASE("AVX512_BF16 is detected as the kernel's cpuinfo reports it", "[bf16]"
     CHECK_FALSE(lstm::kernels::cpu::cpu_has_avx512_bf16());
 #endif
 }
+
+TEST_CASE("bf16 rounding from double is the float rounding, in one step", "[bf16]") {
+    using lstm::kernels::round_to_bf16;
+    // On every float of the edge sweep the double overload (the oracle's) gives the float one's.
+    int64_t misses = 0;
+    const uint32_t lower[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu};
+    for (uint32_t upper = 0; upper <= 0xffffu; ++upper) {
+        for (uint32_t low : lower) {
+            const float x = float_of((upper << 16) | low);
+            if (std::isnan(x)) {
+                misses += std::isnan(round_to_bf16(static_cast<double>(x))) ? 0 : 1;
+                continue;
+            }
+            const double got = round_to_bf16(static_cast<double>(x));
+            if (!(got == static_cast<double>(round_to_bf16(x)))) ++misses;
+        }
+    }
+    CHECK(misses == 0);
+    // One step, not through float: 1 + 2^-8 + 2^-30 lies above the tie between 1 and 1 + 2^-7,
+    // though as a float it would be the tie itself (and go to 1).
+    CHECK(round_to_bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)) == 1.0078125);
+    CHECK(round_to_bf16(1.00390625f + 0.0f) == 1.0f);
+    // Below bf16's smallest normal the spacing is 2^-133: 1.5 spacings ties to 2 (even).
+    CHECK(round_to_bf16(std::ldexp(1.5, -133)) == std::ldexp(1.0, -132));
+    CHECK(round_to_bf16(std::ldexp(1.25, -133)) == std::ldexp(1.0, -133));
+    // Past the largest finite bf16, (2 - 2^-7) 2^127, after rounding: infinity of its sign.
+    CHECK(round_to_bf16(-std::ldexp(2.0 - std::ldexp(1.0, -8), 127)) == -HUGE_VAL);
+    CHECK(round_to_bf16(std::ldexp(2.0 - std::ldexp(1.0, -7), 127)) ==
+          std::ldexp(2.0 - std::ldexp(1.0, -7), 127));
+}

@@ -66,6 +66,15 @@ TEST_CASE("every registered variant says which path it takes on this host", "[ho
     CHECK(paths.back().name == "ctc");
     CHECK_FALSE(paths.back().is_variant);
     for (const CodePath& p : paths) CHECK(p.path.find("unknown") == std::string::npos);
+    // Every variant says what it runs in bf16, or that it has no such path and why.
+    for (size_t k = 0; k < variants().size(); ++k) {
+        INFO("variant " << paths[k].name << " (" << paths[k].device << ")");
+        const bool has = !variants()[k]->supports_precision(Config{8, 16, 2, true, 8}, DType::f32,
+                                                            Precision::bf16);
+        CHECK(paths[k].bf16 == variant_bf16_path(*variants()[k]));
+        CHECK((paths[k].bf16.rfind("none: ", 0) == 0) == !has);
+        CHECK(paths[k].bf16.size() > 6);
+    }
 }
 
 TEST_CASE("the fused variant's path follows its default path", "[host_info]") {

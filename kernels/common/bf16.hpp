@@ -17,6 +17,11 @@
 #include <cstdint>
 #include <cstring>
 
+#if !defined(__CUDACC__)
+#include <algorithm>
+#include <cmath>
+#endif
+
 #if !defined(LSTM_HOST_DEVICE)
 #if defined(__CUDACC__)
 #define LSTM_HOST_DEVICE __host__ __device__ __forceinline__
@@ -48,5 +53,27 @@ LSTM_HOST_DEVICE float bf16_to_float(uint16_t bits) {
 
 // x rounded to bf16 and kept as a float: what a product sees of an operand rounded there.
 LSTM_HOST_DEVICE float round_to_bf16(float x) { return bf16_to_float(bf16_bits(x)); }
+
+#if !defined(__CUDACC__)
+// x rounded to the nearest bf16 in one step (not through float, whose own rounding could move a
+// value onto a tie), ties to even, past the largest finite bf16 to infinity: the double oracle's
+// rounding points. For a float x it gives round_to_bf16(float(x)).
+inline double round_to_bf16(double x) {
+    if (!std::isfinite(x) || x == 0.0) return std::isnan(x) ? std::nan("") : x;
+    // 8 significant bits above bf16's smallest normal exponent, a fixed quantum 2^-133 below it.
+    const int quantum = std::max(std::ilogb(x), -126) - 7;
+    const double r = std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);
+    const double largest = std::ldexp(255.0, 120);  // (2 - 2^-7) 2^127
+    return std::abs(r) > largest ? std::copysign(HUGE_VAL, x) : r;
+}
+
+// dst (rows, cols) dense <- src (rows, cols) with rows `ld` apart, each element rounded to bf16:
+// an operand as a product at Precision::bf16 reads it. Host memory.
+template <typename T>
+void round_rows_to_bf16(const T* src, int64_t rows, int64_t cols, int64_t ld, T* dst) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) dst[r * cols + j] = round_to_bf16(src[r * ld + j]);
+}
+#endif
 
 }  // namespace lstm::kernels

@@ -9,17 +9,32 @@
 // What one hidden unit computes from its four pre-activations (and back) is a CellFunctions
 // (lstm/cell.hpp), PyTorch's cell unless the caller names another; tests/cell_test.cpp shows the
 // oracle follows a different one.
+//
+// Precision::bf16 (lstm/tensor.hpp) models the library's mixed precision: every operand entering
+// a matrix product is rounded to the nearest bf16 (kernels/common/bf16.hpp's round_to_bf16, in one
+// step from double) where the library rounds it, and everything else is computed in double as at
+// full precision. The rounding points (docs/precision.md): forward, the weights W_ih, W_hh, W_hr,
+// the layer input x_t, h_{t-1} entering the recurrent product and h_raw entering the projection;
+// backward, dh_t entering dh_raw = dh W_hr, the gate gradients entering dx and dh_{t-1} and the
+// weight gradients, and there x_t, h_{t-1} and h_raw too. Biases and their gradients are never
+// rounded. A value the oracle computes (h, dgates) differs from the library's fp32 one in its
+// last bits, so where it lies within a hair of a tie between two bf16 values the two may round
+// apart, and the difference then grows like any other through the steps after it: RoundingReport
+// counts such near ties, so a test knows when the oracle's exact rounding is the library's.
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "kernels/common/bf16.hpp"
 #include "lstm/cell.hpp"
 #include "lstm/config.hpp"
 #include "lstm/error.hpp"
 #include "lstm/params.hpp"
+#include "lstm/tensor.hpp"
 
 namespace lstm::reference {
 
@@ -53,6 +68,16 @@ struct LstmOutputGrads {
 // buffer, the reference returns dparams freshly computed from zero.
 struct LstmInputGrads {
     std::vector<double> dx, dh0, dc0, dparams;
+};
+
+// What a bf16 run of the oracle found: how many of the values it computed and rounded (h, h_raw,
+// dh, dgates) lay so near a tie between two bf16 values (TieCounter) that fp32 arithmetic could
+// land on its other side. Where there are none, a path
+// that rounds at the same points and sums in fp32 rounds each of them as the oracle does and
+// agrees with it to fp32 tolerance; at a near tie it may round the other way, and the difference
+// of one bf16 rounding then travels through the steps after it.
+struct RoundingReport {
+    int64_t near_ties = 0;
 };
 
 namespace detail {
@@ -113,6 +138,7 @@ struct Trace {
     std::vector<std::vector<double>> layer_input;  // per layer l: (T, N, in_l)
     std::vector<CellTrace> cells;                  // per cell layer*D + direction
     LstmOutputs out;
+    int64_t near_ties = 0;  // see RoundingReport
 };
 
 // h0/c0 of cell `cell` for sequence n, with an empty state meaning zeros: (L*D, N, H) -> (H),
@@ -125,14 +151,53 @@ inline std::vector<double> initial_state(const std::vector<double>& state, int64
     return out;
 }
 
+// What a product reads of an operand v at `precision`.
+inline double operand(double v, Precision precision) {
+    return precision == Precision::bf16 ? kernels::round_to_bf16(v) : v;
+}
+
+// Whether v lies within `margin` bf16 spacings of a tie between its two bf16 neighbours.
+inline bool near_bf16_tie(double v, double margin) {
+    if (!std::isfinite(v) || v == 0.0) return false;
+    const int quantum = std::max(std::ilogb(v), -126) - 7;
+    const double scaled = std::abs(std::ldexp(v, -quantum));
+    return std::abs(scaled - std::floor(scaled) - 0.5) < margin;
+}
+
+// Counts the values the oracle computes and rounds (h, h_raw, dh, dgates; not the inputs it
+// reads) that lie near a bf16 tie (see RoundingReport).
+struct TieCounter {
+    Precision precision;
+    std::atomic<int64_t> count{0};
+    void note(double v) {
+        if (precision == Precision::bf16 && near_bf16_tie(v, kMargin))
+            count.fetch_add(1, std::memory_order_relaxed);
+    }
+    // The library's fp32 value of h or of a gate gradient differs from the oracle's by a few
+    // 1e-8 of itself (sums of few terms, then products and activations, which keep relative
+    // error), 1e-5 of a bf16 spacing (2^-8 of the value or more): a tenth of this margin. A value
+    // that a sum leaves much smaller than its terms could err by more; the tests' cases show none.
+    static constexpr double kMargin = 1e-4;
+};
+
+// v with every element rounded as a product operand at `precision`.
+inline std::vector<double> operands(std::vector<double> v, Precision precision) {
+    for (double& e : v) e = operand(e, precision);
+    return v;
+}
+
 // The forward pass, keeping every intermediate; lstm_forward and lstm_backward share it so the
 // gradient is that of exactly this computation.
-inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
+inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn,
+                           Precision precision) {
     validate_inputs(in);
     const Config& cfg = in.config;
     const int64_t T = in.seq_len, N = in.batch, H = cfg.hidden_size, G = 4 * H;
     const int64_t S = cfg.state_size(), P = cfg.proj_size;
     const int64_t D = cfg.num_directions(), L = cfg.num_layers, DS = D * S;
+    // The weights the products read (the biases are read from in.params, unrounded).
+    const std::vector<double> weights = operands(in.params, precision);
+    TieCounter ties{precision};
 
     Trace tr;
     tr.cells.resize(static_cast<size_t>(L * D));
@@ -142,16 +207,17 @@ inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
     std::vector<double> input = in.x;
     for (int64_t l = 0; l < L; ++l) {
         const int64_t in_l = cfg.layer_input_size(l);
+        const std::vector<double> input_op = operands(input, precision);
         // Zero-initialised so padded positions of y (and of the next layer's input) are exactly 0.
         std::vector<double> output(static_cast<size_t>(T * N * DS), 0.0);
         for (int64_t dir = 0; dir < D; ++dir) {
             const int64_t cell = l * D + dir;
             const CellOffsets off = cell_offsets(cfg, l, dir);
-            const double* w_ih = in.params.data() + off.weight_ih;  // (4H, in_l)
-            const double* w_hh = in.params.data() + off.weight_hh;  // (4H, S)
+            const double* w_ih = weights.data() + off.weight_ih;  // (4H, in_l)
+            const double* w_hh = weights.data() + off.weight_hh;  // (4H, S)
             const double* b_ih = off.has_bias() ? in.params.data() + off.bias_ih : nullptr;
             const double* b_hh = off.has_bias() ? in.params.data() + off.bias_hh : nullptr;
-            const double* w_hr = P > 0 ? in.params.data() + off.weight_hr : nullptr;  // (P, H)
+            const double* w_hr = P > 0 ? weights.data() + off.weight_hr : nullptr;  // (P, H)
             CellTrace& ct = tr.cells[static_cast<size_t>(cell)];
             ct.gates.assign(static_cast<size_t>(T * N * G), 0.0);
             ct.c.assign(static_cast<size_t>(T * N * H), 0.0);
@@ -166,16 +232,18 @@ inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
                 const int64_t len = length_of(in, n);
                 std::vector<double> h = initial_state(in.h0, cell, n, N, S);
                 std::vector<double> c = initial_state(in.c0, cell, n, N, H);
+                std::vector<double> h_raw_op(static_cast<size_t>(H));
                 for (int64_t step = 0; step < len; ++step) {
                     const int64_t t = time_of_step(dir, step, len);
-                    const double* xt = &input[(t * N + n) * in_l];
+                    const double* xt = &input_op[(t * N + n) * in_l];
+                    const std::vector<double> h_op = operands(h, precision);
                     double* gates = &ct.gates[(t * N + n) * G];
                     // Pre-activations first, in gate blocks i, f, g, o; the cell then replaces
                     // each unit's four with its activated gates.
                     for (int64_t k = 0; k < G; ++k) {
                         double a = b_ih != nullptr ? b_ih[k] + b_hh[k] : 0.0;
                         for (int64_t j = 0; j < in_l; ++j) a += w_ih[k * in_l + j] * xt[j];
-                        for (int64_t j = 0; j < S; ++j) a += w_hh[k * S + j] * h[j];
+                        for (int64_t j = 0; j < S; ++j) a += w_hh[k * S + j] * h_op[j];
                         gates[k] = a;
                     }
                     double* h_raw = &ct.h_raw[(t * N + n) * H];
@@ -189,13 +257,16 @@ inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
                         c[j] = cell_fn.cell_state(a, c[j]);
                         h_raw[j] = cell_fn.hidden_state(a, c[j]);
                         ct.c[(t * N + n) * H + j] = c[j];
+                        if (w_hr != nullptr) ties.note(h_raw[j]);
+                        h_raw_op[j] = operand(h_raw[j], precision);
                     }
                     for (int64_t p = 0; p < S; ++p) {
                         double v = h_raw[p];
                         if (w_hr != nullptr) {
                             v = 0.0;
-                            for (int64_t j = 0; j < H; ++j) v += w_hr[p * H + j] * h_raw[j];
+                            for (int64_t j = 0; j < H; ++j) v += w_hr[p * H + j] * h_raw_op[j];
                         }
+                        ties.note(v);
                         h[p] = v;
                         ct.h[(t * N + n) * S + p] = v;
                         output[(t * N + n) * DS + dir * S + p] = v;
@@ -209,6 +280,7 @@ inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
         input = std::move(output);
     }
     tr.out.y = std::move(input);
+    tr.near_ties = ties.count.load();
     return tr;
 }
 
@@ -216,18 +288,29 @@ inline Trace forward_trace(const LstmInputs& in, const CellFunctions& cell_fn) {
 
 // Forward pass: x (T, N, I), optional h0 (L*D, N, S) / c0 (L*D, N, H), params (param_count) ->
 // y (T, N, D*S) with exact zeros at padded positions, hn (L*D, N, S) / cn (L*D, N, H) at each
-// sequence's last valid step. S = config.state_size(). `cell_fn` is each unit's math.
-inline LstmOutputs lstm_forward(const LstmInputs& in,
-                                const CellFunctions& cell_fn = pytorch_cell()) {
-    return detail::forward_trace(in, cell_fn).out;
+// sequence's last valid step. S = config.state_size(). `cell_fn` is each unit's math, `precision`
+// what the products compute in (see the top of this file).
+inline LstmOutputs lstm_forward(const LstmInputs& in, const CellFunctions& cell_fn = pytorch_cell(),
+                                Precision precision = Precision::full,
+                                RoundingReport* report = nullptr) {
+    detail::Trace tr = detail::forward_trace(in, cell_fn, precision);
+    if (report != nullptr) report->near_ties = tr.near_ties;
+    return std::move(tr.out);
 }
 
 // Full backpropagation through time of lstm_forward(in): dy (T, N, D*S), optional dhn
 // (L*D, N, S) / dcn (L*D, N, H) -> dx (T, N, I), dh0 (L*D, N, S), dc0 (L*D, N, H), dparams
-// (param_count, starting from zero). `cell_fn` is each unit's math.
+// (param_count, starting from zero). `cell_fn` is each unit's math, `precision` as for
+// lstm_forward; `report` counts the near ties of the forward and the backward pass.
 inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads& grads,
-                                    const CellFunctions& cell_fn = pytorch_cell()) {
-    const detail::Trace tr = detail::forward_trace(in, cell_fn);  // also validates `in`
+                                    const CellFunctions& cell_fn = pytorch_cell(),
+                                    Precision precision = Precision::full,
+                                    RoundingReport* report = nullptr) {
+    const detail::Trace tr = detail::forward_trace(in, cell_fn, precision);  // validates `in`
+    const std::vector<double> weights = detail::operands(in.params, precision);
+    const std::vector<double> h0_op = detail::operands(in.h0, precision);
+    detail::TieCounter ties{precision};
+    auto op = [precision](double v) { return detail::operand(v, precision); };
     const Config& cfg = in.config;
     const int64_t T = in.seq_len, N = in.batch, H = cfg.hidden_size, G = 4 * H;
     const int64_t S = cfg.state_size(), P = cfg.proj_size;
@@ -247,24 +330,28 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
     const std::vector<double> zero_state(static_cast<size_t>(S), 0.0);
     for (int64_t l = L - 1; l >= 0; --l) {
         const int64_t in_l = cfg.layer_input_size(l);
-        const std::vector<double>& input = tr.layer_input[static_cast<size_t>(l)];
+        const std::vector<double> input_op =
+            detail::operands(tr.layer_input[static_cast<size_t>(l)], precision);
         std::vector<double> d_input(static_cast<size_t>(T * N * in_l), 0.0);
         for (int64_t dir = 0; dir < D; ++dir) {
             const int64_t cell = l * D + dir;
             const CellOffsets off = cell_offsets(cfg, l, dir);
-            const double* w_ih = in.params.data() + off.weight_ih;                    // (4H, in_l)
-            const double* w_hh = in.params.data() + off.weight_hh;                    // (4H, S)
-            const double* w_hr = P > 0 ? in.params.data() + off.weight_hr : nullptr;  // (P, H)
+            const double* w_ih = weights.data() + off.weight_ih;                    // (4H, in_l)
+            const double* w_hh = weights.data() + off.weight_hh;                    // (4H, S)
+            const double* w_hr = P > 0 ? weights.data() + off.weight_hr : nullptr;  // (P, H)
             double* dw_ih = out.dparams.data() + off.weight_ih;
             double* dw_hh = out.dparams.data() + off.weight_hh;
             double* db_ih = off.has_bias() ? out.dparams.data() + off.bias_ih : nullptr;
             double* db_hh = off.has_bias() ? out.dparams.data() + off.bias_hh : nullptr;
             double* dw_hr = P > 0 ? out.dparams.data() + off.weight_hr : nullptr;
             const detail::CellTrace& ct = tr.cells[static_cast<size_t>(cell)];
-            // The state before step `step` of sequence n: h0 (or zeros) before the first.
+            const std::vector<double> h_op = detail::operands(ct.h, precision);
+            const std::vector<double> h_raw_op = detail::operands(ct.h_raw, precision);
+            // The state before step `step` of sequence n as a product reads it: h0 (or zeros)
+            // before the first.
             auto h_before = [&](int64_t n, int64_t step, int64_t len) -> const double* {
-                if (step > 0) return &ct.h[(detail::time_of_step(dir, step - 1, len) * N + n) * S];
-                return in.h0.empty() ? zero_state.data() : &in.h0[(cell * N + n) * S];
+                if (step > 0) return &h_op[(detail::time_of_step(dir, step - 1, len) * N + n) * S];
+                return in.h0.empty() ? zero_state.data() : &h0_op[(cell * N + n) * S];
             };
 
             // Pass 1, one sequence per thread: the gradients that travel along a sequence (state,
@@ -299,12 +386,14 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
                         dh_total[p] = dh[p] + d_output[(t * N + n) * DS + dir * S + p];
                     if (w_hr != nullptr) {
                         // h_t = W_hr h_raw: its gradient goes to W_hr (pass 2) and back to h_raw.
-                        for (int64_t p = 0; p < P; ++p)
+                        for (int64_t p = 0; p < P; ++p) {
                             dh_total_all[(t * N + n) * S + p] = dh_total[p];
+                            ties.note(dh_total[p]);
+                        }
                         for (int64_t j = 0; j < H; ++j) dh_raw[j] = 0.0;
                         for (int64_t p = 0; p < P; ++p)
                             for (int64_t j = 0; j < H; ++j)
-                                dh_raw[j] += w_hr[p * H + j] * dh_total[p];
+                                dh_raw[j] += w_hr[p * H + j] * op(dh_total[p]);
                     } else {
                         for (int64_t j = 0; j < H; ++j) dh_raw[j] = dh_total[j];
                     }
@@ -321,9 +410,11 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
                     }
                     for (int64_t j = 0; j < S; ++j) dh_prev[j] = 0.0;
                     for (int64_t k = 0; k < G; ++k) {
+                        ties.note(da[k]);
+                        const double da_k = op(da[k]);
                         for (int64_t j = 0; j < in_l; ++j)
-                            d_input[(t * N + n) * in_l + j] += w_ih[k * in_l + j] * da[k];
-                        for (int64_t j = 0; j < S; ++j) dh_prev[j] += w_hh[k * S + j] * da[k];
+                            d_input[(t * N + n) * in_l + j] += w_ih[k * in_l + j] * da_k;
+                        for (int64_t j = 0; j < S; ++j) dh_prev[j] += w_hh[k * S + j] * da_k;
                     }
                     dh = dh_prev;
                 }
@@ -342,15 +433,16 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
                     for (int64_t step = len - 1; step >= 0; --step) {
                         const int64_t t = detail::time_of_step(dir, step, len);
                         const double da_k = da_all[(t * N + n) * G + k];
-                        const double* xt = &input[(t * N + n) * in_l];
+                        const double* xt = &input_op[(t * N + n) * in_l];
                         const double* h_prev = h_before(n, step, len);
                         // Both biases enter the pre-activation with weight one.
                         if (db_ih != nullptr) {
                             db_ih[k] += da_k;
                             db_hh[k] += da_k;
                         }
-                        for (int64_t j = 0; j < in_l; ++j) dw_ih[k * in_l + j] += da_k * xt[j];
-                        for (int64_t j = 0; j < S; ++j) dw_hh[k * S + j] += da_k * h_prev[j];
+                        const double da_op = op(da_k);
+                        for (int64_t j = 0; j < in_l; ++j) dw_ih[k * in_l + j] += da_op * xt[j];
+                        for (int64_t j = 0; j < S; ++j) dw_hh[k * S + j] += da_op * h_prev[j];
                     }
                 }
             }
@@ -363,8 +455,8 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
                         const int64_t len = detail::length_of(in, n);
                         for (int64_t step = len - 1; step >= 0; --step) {
                             const int64_t t = detail::time_of_step(dir, step, len);
-                            const double dh_p = dh_total_all[(t * N + n) * S + p];
-                            const double* h_raw = &ct.h_raw[(t * N + n) * H];
+                            const double dh_p = op(dh_total_all[(t * N + n) * S + p]);
+                            const double* h_raw = &h_raw_op[(t * N + n) * H];
                             for (int64_t j = 0; j < H; ++j) dw_hr[p * H + j] += dh_p * h_raw[j];
                         }
                     }
@@ -374,6 +466,7 @@ inline LstmInputGrads lstm_backward(const LstmInputs& in, const LstmOutputGrads&
         d_output = std::move(d_input);
     }
     out.dx = std::move(d_output);
+    if (report != nullptr) report->near_ties = tr.near_ties + ties.count.load();
     return out;
 }
 

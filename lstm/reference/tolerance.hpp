@@ -33,6 +33,35 @@ inline double lstm_rtol(DType dtype, const Config& config, int64_t seq_len, Pass
     return c * depth * 1.2e-7;
 }
 
+// The bound of a Precision::bf16 run against the unrounded problem (the double oracle at full
+// precision), in the style of benchdnn's bf16 RNN checks: each operand rounded to bf16 errs by at
+// most 2^-9 of itself, so a product of two by about 2^-8, and the error of a sum of K such
+// products over T steps grows like the depth log2(K T) of the fp32 rule above. rtol =
+// ceil(log2((in + H) * T)) * 2^-9, applied to whole tensors (check_norm_close) where T > 1, since
+// a single element's share of the rounding errors varies too much to bound it alone, and element
+// by element (check_close) at T = 1. Forward and backward alike: the backward's extra rounding
+// points (dgates, dh) are of the same kind as the forward's.
+inline double bf16_rtol(const Config& config, int64_t seq_len) {
+    const int64_t widest = std::max(
+        config.input_size, config.num_layers > 1 ? config.output_size() : config.input_size);
+    const double depth = std::ceil(
+        std::log2(static_cast<double>(widest + config.hidden_size) * static_cast<double>(seq_len)));
+    return depth * std::ldexp(1.0, -9);
+}
+
+// ||got - want|| / ||want||, Euclidean norms over the whole tensor (0 for two zero tensors,
+// infinite when got has a NaN).
+inline double relative_norm_error(const std::vector<double>& got, const std::vector<double>& want) {
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+        err += (got[i] - want[i]) * (got[i] - want[i]);
+        ref += want[i] * want[i];
+    }
+    if (std::isnan(err)) return HUGE_VAL;
+    if (err == 0) return 0;
+    return ref > 0 ? std::sqrt(err / ref) : HUGE_VAL;
+}
+
 inline double max_abs(const std::vector<double>& v) {
     double m = 0;
     for (double x : v) m = std::max(m, std::abs(x));

@@ -132,17 +132,19 @@ VariantResult run_case_parts(const LstmCase& c, const RunBuffers& buffers,
 // Training forward of `variant` in precision T on `c`, then one backward call per entry of
 // `parts` (see run_problem), in the variant's own memory space (a cuda variant runs on device
 // buffers, on a context of its own) with a workspace and reserve of the sizes it asks for.
-// `path` is one of variant.paths(); empty: the variant's default.
+// `path` is one of variant.paths(); empty: the variant's default. `precision`: what the products
+// compute in.
 template <typename T>
 VariantResult run_variant_parts(const Variant& variant, const LstmCase& c,
                                 const std::vector<BackwardPart>& parts,
                                 const std::vector<double>& dparams_before = {},
-                                bool data_sees_dparams = false, const std::string& path = {}) {
+                                bool data_sees_dparams = false, const std::string& path = {},
+                                Precision precision = Precision::full) {
     const DeviceContext context(variant.device());
     LstmProblem<T> p(c.in.config, c.in.seq_len, c.in.batch, variant.device(), context.get());
     // Made first, so that a malformed config, T or N is refused by the variant's own checks.
-    const std::unique_ptr<Plan> plan = variant.make_plan(
-        PlanRequest{c.in.config, dtype_of<T>(), c.in.seq_len, c.in.batch, path, context.get()});
+    const std::unique_ptr<Plan> plan = variant.make_plan(PlanRequest{
+        c.in.config, dtype_of<T>(), c.in.seq_len, c.in.batch, path, context.get(), precision});
     p.allocate_scratch(*plan);
     load_case(p, c);
     return run_plan_on(*plan, p, parts, dparams_before, data_sees_dparams);

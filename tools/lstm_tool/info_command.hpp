@@ -110,9 +110,11 @@ inline void print_host_info(std::ostream& out) {
         if (k == 0 || p.is_variant != paths[k - 1].is_variant)
             out << (p.is_variant ? "variants" : "kernels")
                 << " (name, device, path on this host):\n";
+        const std::string indent = "  " + std::string(name_width + 2 + kDeviceColumn, ' ');
         out << "  " << p.name << std::string(name_width - p.name.size() + 2, ' ') << p.device
             << std::string(kDeviceColumn - std::min(p.device.size(), kDeviceColumn - 2), ' ')
             << p.path << "\n";
+        if (!p.bf16.empty()) out << indent << "bf16: " << p.bf16 << "\n";
     }
 }
 
