@@ -40,6 +40,13 @@
 //   begin_backward(cell, crew), backward_step(cell, step, crew), end_backward(cell, crew)
 //   input_grads(cell, team)     ADDS d(layer input) of a cell whose time loop is done (or nothing,
 //                               where backward_step adds it)
+// and optionally, for an engine that rounds its products' operands (Precision::bf16):
+//   bool rounds_operands() const                         whether it does, for this call
+//   round_operand_plane(rows, plane, width, ld, team)    rounds a plane (frames, ld) in place,
+//                               the member's share of the steps: a plane from then on read only
+//                               as a product's operand (the gathered layer-0 input, a layer's
+//                               output once the layer above is next, the last layer's output
+//                               before the weight gradients pair it with dgates)
 //   begin_weights(cell, crew), weight_step(cell, step, crew), end_weights(cell, crew)
 // Forward steps run s = 0 .. T-1, backward and weight steps s = T-1 .. 0; cells in order (layer,
 // then direction) unless side by side. `all` calls weight_step right after each backward_step;
@@ -197,6 +204,25 @@ public:
     const Engine& engine() const { return engine_; }
 
 private:
+    template <typename E, typename = void>
+    struct RoundsOperands : std::false_type {};
+    template <typename E>
+    struct RoundsOperands<E, std::void_t<decltype(std::declval<const E&>().rounds_operands())>>
+        : std::true_type {};
+
+    bool rounds_operands() const {
+        if constexpr (RoundsOperands<Engine>::value)
+            return engine_.rounds_operands();
+        else
+            return false;
+    }
+    // The engine's round_operand_plane where it rounds operands; the member's share of steps.
+    void operand_plane(T* plane, int64_t width, int64_t ld, const Crew& team) {
+        if constexpr (RoundsOperands<Engine>::value)
+            if (engine_.rounds_operands())
+                engine_.round_operand_plane(rows_, plane, width, ld, team);
+    }
+
     // The batch order, the plane offsets and each sorted row's length.
     void make_rows(Span<const int64_t> lengths) {
         detail::make_batch_order(lengths, seq_len_, batch_, detail::BatchOrder{order_, active_});
@@ -258,6 +284,7 @@ private:
         const int64_t out_width = config_.output_size();
         engine_.gather_frames(rows_, args.x.data(), config_.input_size, x_sorted_,
                               engine_.x_stride(), team);
+        operand_plane(x_sorted_, config_.input_size, engine_.x_stride(), team);
         team.sync();
         ForwardCell<T> c{};
         c.args = &args;
@@ -278,6 +305,13 @@ private:
                     place_cell(c, l, d, 0);
                     forward_cell(c, team);
                 }
+            }
+            if (l + 1 < config_.num_layers && rounds_operands()) {
+                // Every cell of the layer is done with its output (hn included) before it is
+                // rounded, and the layer above reads it whole.
+                if (!side) team.sync();
+                operand_plane(c.out, out_width, out_width, team);
+                team.sync();
             }
             c.in = c.out;
             c.ld_in = out_width;
@@ -301,10 +335,14 @@ private:
         const bool data = args.part != BackwardPart::weights;
         const bool weights = args.part != BackwardPart::data;
         const int64_t out_width = config_.output_size();
-        // The layer-0 input is only a partner of the input-weight gradient.
-        if (weights)
+        // The layer-0 input is only a partner of the input-weight gradient, and the top layer's
+        // output (the forward rounded the others) of the recurrent one.
+        if (weights) {
             engine_.gather_frames(rows_, args.x.data(), config_.input_size, x_sorted_,
                                   engine_.x_stride(), team);
+            operand_plane(x_sorted_, config_.input_size, engine_.x_stride(), team);
+            operand_plane(layer_out(config_.num_layers - 1, true), out_width, out_width, team);
+        }
         BackwardCell<T> c{};
         c.args = &args;
         c.weights = weights;

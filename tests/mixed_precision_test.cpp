@@ -192,7 +192,7 @@ TEST_CASE("bf16 backward split into data and weights gives the bits of one call"
 TEST_CASE("which variants compute in bf16, and what the others say", "[bf16_lstm]") {
     // Pinned, so that a variant gaining or losing its bf16 path shows here rather than only as
     // cases the tests above start or stop running.
-    const std::set<std::string> with_bf16 = {"basic on cpu"};
+    const std::set<std::string> with_bf16 = {"basic on cpu", "fused on cpu"};
     const Config config{3, 5, 2, true, 2};
     for (const Variant* v : variants()) {
         INFO("variant " << v->name() << " on " << to_string(v->device()));

@@ -34,6 +34,14 @@
 // this CPU runs, else eigen). All write the same reserve layout, so a forward on one and a
 // backward on another agree.
 //
+// Precision::bf16 (float data): the engine rounds every product's operand to bf16 where it
+// enters (docs/precision.md) and the kernel set computes on the rounded floats in fp32, the
+// rounding of bf16 without its speed: each cell's weights when the cell begins, before packing;
+// the layer inputs as whole planes (the stack loop's round_operand_plane); h_t into a ping-pong
+// copy (h_round) that the next step's recurrent product reads, the layer output keeping the fp32
+// h for y and hn; h_raw before the projection; and in backward each step's dgates in place once
+// the kernel has taken the bias gradient from its registers, and the projection's dh.
+//
 // Denormals: the team runs with flush-to-zero / denormals-are-zero (kernels/cpu/cpu_features.hpp,
 // restored when the call returns), so values below the smallest normal float read and come out
 // as zero. Without it a loss on the last step of a long sequence lets the backward gradients
@@ -71,6 +79,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/common/bf16.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/crew.hpp"
 #include "kernels/cpu/environment.hpp"
@@ -251,6 +260,9 @@ struct CellScratch {
     T* wr_t;       // (H, P) W_hr transposed, for the forward projection
     T* w_hh_rows;  // (G, P) W_hh rows in interleaved gate order, for dh = dgates W_hh
     T* zeros;      // (Hp) a zero row: the kernel's dy, as dy enters through dh with a projection
+    // Precision::bf16 only (null without).
+    T* h_round;  // (2, N, Hp) forward: h_t rounded to bf16, ping-pong by step, the next step's
+                 // recurrent operand (the layer output keeps the fp32 h)
 };
 
 // What a training forward leaves for backward besides the layer outputs (the stack loop keeps
@@ -269,7 +281,7 @@ struct Reserve {
 
 template <typename T>
 CellScratch<T> carve_cell_scratch(detail::Carver& carve, const Config& config, int64_t seq_len,
-                                  int64_t batch) {
+                                  int64_t batch, bool bf16) {
     const FusedLayout lay(config.hidden_size, config.state_size());
     const int64_t hp = lay.hidden_padded;
     CellScratch<T> c{};
@@ -296,6 +308,7 @@ CellScratch<T> carve_cell_scratch(detail::Carver& carve, const Config& config, i
         c.w_hh_rows = carve.take<T>(lay.gate_cols * config.proj_size);
         c.zeros = carve.take<T>(hp);
     }
+    if (bf16) c.h_round = carve.take<T>(2 * batch * hp);
     return c;
 }
 
@@ -304,11 +317,13 @@ CellScratch<T> carve_cell_scratch(detail::Carver& carve, const Config& config, i
 template <typename T, typename K>
 class FusedEngine : public HostEngine<T> {
 public:
-    FusedEngine(const Config& config, int64_t seq_len, int64_t batch)
+    FusedEngine(const Config& config, int64_t seq_len, int64_t batch,
+                Precision precision = Precision::full)
         : config_(config),
           lay_(config.hidden_size, config.state_size()),
           seq_len_(seq_len),
-          batch_(batch) {}
+          batch_(batch),
+          bf16_(precision == Precision::bf16) {}
 
     int64_t x_stride() const { return fused_detail::x_stride(config_); }
 
@@ -325,10 +340,20 @@ public:
     }
 
     void carve_workspace(detail::Carver& carve) {
-        cells_[0] = carve_cell_scratch<T>(carve, config_, seq_len_, batch_);
+        cells_[0] = carve_cell_scratch<T>(carve, config_, seq_len_, batch_, bf16_);
         cells_[1] = config_.num_directions() == 2
-                        ? carve_cell_scratch<T>(carve, config_, seq_len_, batch_)
+                        ? carve_cell_scratch<T>(carve, config_, seq_len_, batch_, bf16_)
                         : cells_[0];
+        weights_bf16_ = bf16_ ? carve.take<T>(param_count(config_)) : nullptr;
+    }
+
+    // Precision::bf16: the stack loop hands over the planes read only as products' operands.
+    bool rounds_operands() const { return bf16_; }
+    void round_operand_plane(const RowLayout& rows, T* plane, int64_t width, int64_t ld,
+                             const Crew& team) const {
+        const BlockRange steps = team.share(rows.seq_len);
+        const int64_t first = rows.offsets[steps.begin], last = rows.offsets[steps.end];
+        round_block(plane + first * ld, last - first, 0, width, ld);
     }
 
     void carve_reserve(detail::Carver& carve) {
@@ -366,11 +391,12 @@ public:
         const CellOffsets& p = c.p;
         const ForwardArgs<T>& args = *c.args;
         const T* params = args.params.data();
-        kern.pack_forward(params + p.weight_ih, c.in_width, params + p.weight_hh,
+        const T* w = product_weights(c, params, crew);
+        kern.pack_forward(w + p.weight_ih, c.in_width, w + p.weight_hh,
                           p.has_bias() ? params + p.bias_ih : nullptr,
                           p.has_bias() ? params + p.bias_hh : nullptr, own);
         // Each thread packs the columns of W_hr^T it projects into, so no barrier.
-        if (config_.proj_size > 0) pack_projection(params + p.weight_hr, cs.wr_t, hcols);
+        if (config_.proj_size > 0) pack_projection(w + p.weight_hr, cs.wr_t, hcols);
         // Training projects every frame at once into the reserve; inference projects one step at
         // a time into an (N, G) buffer instead of holding (S, G) of scratch. Each row's sums are
         // the same either way, so both give the same bits.
@@ -381,6 +407,8 @@ public:
         kernels::cpu::gather_state_units(
             args.h0.empty() ? nullptr : args.h0.data() + c.cell * batch_ * sw, batch_, sw,
             c.layout->order, hcols.begin, hcols.end, cs.h_init, hp);
+        // h0 is only the first steps' recurrent operand.
+        if (bf16_) round_block(cs.h_init, batch_, hcols.begin, hcols.end, hp);
         kernels::cpu::gather_state_units(
             args.c0.empty() ? nullptr : args.c0.data() + c.cell * batch_ * hidden, batch_, hidden,
             c.layout->order, u0, u1, cs.c_init, hp);
@@ -406,10 +434,20 @@ public:
                    : c.training           ? rs_.h_raw + st.frame * hp
                                           : cs.h_raw;
         forward_segments(c, st, cs, gates, h_raw, kern, own);
+        const BlockRange hcols = state_columns(crew, own);
+        T* out = c.out + st.row * config_.output_size() + c.direction * config_.state_size();
         if (config_.proj_size > 0) {
+            // h_raw is only the projection's operand (and, kept, dW_hr's).
+            if (bf16_)
+                round_block(h_raw, st.rows, own.begin * kUnitBlock, own.end * kUnitBlock, hp);
             crew.sync();
-            project_step(c, st, cs, h_raw, state_columns(crew, own));
+            project_step(c, st, cs, h_raw, hcols);
         }
+        // The next step's recurrent operand: the member's columns of h_t, rounded.
+        if (bf16_)
+            round_rows(out, config_.output_size(), st.rows, hcols.begin,
+                       std::min(hcols.end, config_.state_size()),
+                       cs.h_round + (st.s % 2) * batch_ * hp, hp);
     }
 
     void end_forward(const ForwardCell<T>& c, const Crew& crew) {
@@ -429,13 +467,12 @@ public:
         const int64_t u0 = own.begin * kUnitBlock, u1 = own.end * kUnitBlock;
         const BackwardArgs<T>& args = *c.args;
         const CellOffsets& p = c.p;
-        const T* params = args.params.data();
+        const T* w = product_weights(c, args.params.data(), crew);
         // With a projection the kernel set gets no W_hh: dh = dgates W_hh is P wide and formed by
         // projected_grad, from rows every member reads after a barrier.
-        kern.pack_backward(params + p.weight_ih, c.in_width,
-                           proj > 0 ? nullptr : params + p.weight_hh, own);
+        kern.pack_backward(w + p.weight_ih, c.in_width, proj > 0 ? nullptr : w + p.weight_hh, own);
         if (proj > 0) {
-            kernels::cpu::pack_rows_interleaved(params + p.weight_hh, proj, lay_, own, cs.w_hh_rows,
+            kernels::cpu::pack_rows_interleaved(w + p.weight_hh, proj, lay_, own, cs.w_hh_rows,
                                                 proj);
             std::fill(cs.zeros + u0, cs.zeros + u1, T(0));
         }
@@ -444,7 +481,7 @@ public:
         gather_units(c, args.dcn, own, cs.dc_run);
         bias_sums(c, cs, own, 0).start();
         if (c.weights) {
-            gather_h(c, args.h0, hcols, cs.h_init);
+            gather_partner_h0(c, hcols, cs);
             if (crew.leads()) make_h_runs(c, cs);
         }
     }
@@ -484,7 +521,7 @@ public:
     // runs are gathered again; everything else is in the reserve.
     void begin_weights(const BackwardCell<T>& c, const Crew& team) {
         const BlockRange hcols = state_columns(team, team.blocks(lay_.blocks));
-        gather_h(c, c.args->h0, hcols, cells_[c.lane].h_init);
+        gather_partner_h0(c, hcols, cells_[c.lane]);
         if (team.leads()) make_h_runs(c, cells_[c.lane]);
     }
     void end_weights(const BackwardCell<T>& c, const Crew& team) {
@@ -543,6 +580,14 @@ private:
                                          lay_.hidden_padded);
     }
 
+    // cs.h_init columns hcols <- this cell's h0, sorted: the recurrent weight gradient's partner
+    // of the sequences' first steps (rounded in bf16, as every partner).
+    void gather_partner_h0(const BackwardCell<T>& c, BlockRange hcols,
+                           const CellScratch<T>& cs) const {
+        gather_h(c, c.args->h0, hcols, cs.h_init);
+        if (bf16_) round_block(cs.h_init, batch_, hcols.begin, hcols.end, lay_.hidden_padded);
+    }
+
     // Step st of cell c, gates (active rows, G) holding its input projection: rows that
     // continue read the previous step's h and c, rows that start here (only the reverse
     // direction starts sequences late) read the initial state. h_raw (active rows, Hp), host,
@@ -564,8 +609,9 @@ private:
         seg.ld_h = h_raw ? hp : out_width;
         if (split > 0) {
             seg.rows = split;
-            seg.h_prev = c.out + st.row_prev * out_width + dir_col;
-            seg.ld_h_prev = out_width;
+            seg.h_prev = bf16_ ? cs.h_round + ((st.s + 1) % 2) * batch_ * hp
+                               : c.out + st.row_prev * out_width + dir_col;
+            seg.ld_h_prev = bf16_ ? hp : out_width;
             seg.c_prev = cells ? cells + st.row_prev * hp : cs.c_run;
             seg.ld_c_prev = hp;
             kern.forward_step(seg, own);
@@ -655,16 +701,68 @@ private:
             bias.begin_step();
             backward_segments(c, s, cs, gates, cells, cs.step_bias, kern, own);
             bias.end_step();
+            round_dgates(c, s, gates, own);
             return;
         }
         T* dh = plane(rs_.dh, c, proj);
-        projected_grad(c, s, cs, gates, dh, state_columns(crew, own));
+        const BlockRange hcols = state_columns(crew, own);
+        projected_grad(c, s, cs, gates, dh, hcols);
+        // This step's dh is only an operand: of dh_raw = dh W_hr and of dW_hr.
+        if (bf16_ && s >= 0) {
+            const int64_t t = step_time(s, seq_len_, c.direction);
+            round_block(dh + c.layout->offsets[t] * proj, c.layout->active[t], hcols.begin,
+                        hcols.end, proj);
+        }
         // The gate pass reads every column of this step's dh.
         crew.sync();
         bias.begin_step();
-        backward_step_proj(c, s, cs, gates, cells, cs.step_bias, dh,
-                           c.args->params.data() + c.p.weight_hr, kern, own);
+        const T* w_hr = (bf16_ ? weights_bf16_ : c.args->params.data()) + c.p.weight_hr;
+        backward_step_proj(c, s, cs, gates, cells, cs.step_bias, dh, w_hr, kern, own);
         bias.end_step();
+        round_dgates(c, s, gates, own);
+    }
+
+    // Precision::bf16, after backward step s of cell c: the member's gate columns of the step's
+    // dgates rounded in place, as the next step, dx and the weight gradients read them (the bias
+    // gradient took them in fp32).
+    void round_dgates(const BackwardCell<T>& c, int64_t s, T* gates, BlockRange own) const {
+        if (!bf16_ || s < 0) return;
+        const int64_t t = step_time(s, seq_len_, c.direction), gc = lay_.gate_cols;
+        round_block(gates + c.layout->offsets[t] * gc, c.layout->active[t],
+                    own.begin * kUnitBlock * 4, own.end * kUnitBlock * 4, gc);
+    }
+
+    // Columns [begin, end) of `rows` rows of a (rows, ld) array rounded to bf16 in place.
+    static void round_block(T* a, int64_t rows, int64_t begin, int64_t end, int64_t ld) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = begin; j < end; ++j)
+                a[r * ld + j] = kernels::round_to_bf16(a[r * ld + j]);
+    }
+    // dst (rows, ld_dst) columns [begin, end) overwritten <- src (rows, ld_src), rounded to bf16.
+    static void round_rows(const T* src, int64_t ld_src, int64_t rows, int64_t begin, int64_t end,
+                           T* dst, int64_t ld_dst) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = begin; j < end; ++j)
+                dst[r * ld_dst + j] = kernels::round_to_bf16(src[r * ld_src + j]);
+    }
+
+    // The weights the cell's products read: params, or in bf16 this cell's W_ih, W_hh and W_hr
+    // rounded into weights_bf16_ (the crew's shares, then a crew barrier: each member packs rows
+    // others rounded). Biases are read from params.
+    const T* product_weights(const CellRun& c, const T* params, const Crew& crew) {
+        if (!bf16_) return params;
+        const CellOffsets& p = c.p;
+        const int64_t gates = 4 * lay_.hidden;
+        const int64_t begins[3] = {p.weight_ih, p.weight_hh, p.weight_hr};
+        const int64_t counts[3] = {gates * c.in_width, gates * config_.state_size(),
+                                   p.has_projection() ? config_.proj_size * lay_.hidden : 0};
+        for (int i = 0; i < 3; ++i) {
+            const BlockRange share = crew.share(counts[i]);
+            round_rows(params + begins[i] + share.begin, 0, 1, 0, share.count(),
+                       weights_bf16_ + begins[i] + share.begin, 0);
+        }
+        crew.sync();
+        return weights_bf16_;
     }
 
     // Projections, backward step s of cell c (s = -1: only d(h0) of the first step), columns
@@ -877,6 +975,8 @@ private:
     CellScratch<T> cells_[2];
     std::optional<K> kerns_[2];
     Reserve<T> rs_{};
+    bool bf16_;                  // Precision::bf16: products' operands rounded (docs/precision.md)
+    T* weights_bf16_ = nullptr;  // (param_count) bf16: each cell's weights rounded when it begins
 };
 
 }  // namespace fused_detail
@@ -891,8 +991,10 @@ class FusedPlan final : public Plan {
 public:
     FusedPlan(const Variant& variant, const PlanRequest& r)
         : Plan(variant, r,
-               stack_buffer_bytes<FusedSizing>(r.config, r.dtype, r.seq_len, r.batch, false),
-               stack_buffer_bytes<FusedSizing>(r.config, r.dtype, r.seq_len, r.batch, true)),
+               stack_buffer_bytes<FusedSizing>(r.config, r.dtype, r.seq_len, r.batch, false,
+                                               r.precision),
+               stack_buffer_bytes<FusedSizing>(r.config, r.dtype, r.seq_len, r.batch, true,
+                                               r.precision)),
           isa_(fused_isa_named(r.path)) {}
 
 protected:
@@ -913,7 +1015,8 @@ private:
     // x (T, N, I), host.
     template <typename T, typename K>
     StackLoop<T, fused_detail::FusedEngine<T, K>> loop(const TensorView<const T>& x) const {
-        return StackLoop<T, fused_detail::FusedEngine<T, K>>(config(), x.size(0), x.size(1));
+        return StackLoop<T, fused_detail::FusedEngine<T, K>>(config(), x.size(0), x.size(1),
+                                                             precision());
     }
     // Calls run(loop) with the fp32 stack loop on the plan's kernel set; x (T, N, I), host.
     template <typename Run>
@@ -940,6 +1043,22 @@ public:
 
     std::optional<std::string> supports(const Config&, DType) const override {
         return std::nullopt;
+    }
+    // bf16 on every path: the engine rounds the operands where they enter the products (see the
+    // top of this file), which the kernel sets then compute in fp32.
+    std::optional<std::string> supports_precision(const Config&, DType, Precision) const override {
+        return std::nullopt;
+    }
+    std::string describe_precision(Precision precision) const override {
+        std::string path;
+        try {
+            path = default_path(DType::f32);
+        } catch (const Error& e) {
+            return std::string("cannot run: ") + e.what();
+        }
+        if (precision == Precision::full) return describe_path(path);
+        return "operands rounded to bf16 and widened to fp32 for the " + path +
+               " kernels: the rounding of a bf16 path, not its speed";
     }
     // Backward splits at the seam it always had (time loop, then weight GEMMs over all steps).
     std::optional<std::string> supports_split_backward() const override { return std::nullopt; }
