@@ -45,17 +45,17 @@ std::optional<std::string> why_braun_not_runnable(const BraunScenario& s, const 
     return std::nullopt;
 }
 
-// The check is deterministic per (variant, path, scenario, thread count): data and initial
-// parameters come from fixed seeds. Repetitions and the paired cases reuse its verdict instead of
-// paying for it again; each CPU thread count gets its own, since fused takes another path on an
-// even team (the directions of a bidirectional layer side by side).
+// The check is deterministic per (variant, path, precision, scenario, thread count): data and
+// initial parameters come from fixed seeds. Repetitions and the paired cases reuse its verdict
+// instead of paying for it again; each CPU thread count gets its own, since fused takes another
+// path on an even team (the directions of a bidirectional layer side by side).
 std::optional<std::string> braun_reference_verdict(const BraunScenario& s, const Variant& v,
                                                    const nn::ModelConfig& m,
                                                    nn::SequenceModel<float>& model,
                                                    const BraunData& data) {
     static std::map<std::string, std::optional<std::string>> verdicts;
     const std::string key = std::string(s.name) + "/" + to_string(v.device()) + "/" + v.name() +
-                            "/" + model.lstm().path() +
+                            "/" + model.lstm().path() + "/" + to_string(model.lstm().precision()) +
                             (v.device() == Device::cpu ? "/" + std::to_string(num_threads()) : "");
     const auto found = verdicts.find(key);
     if (found != verdicts.end()) return found->second;
@@ -75,6 +75,7 @@ struct BraunCase {
     const BraunScenario* scenario;
     const Variant* variant;
     std::string path;  // empty: the variant's default
+    Precision precision;
     int threads;
     int warmup_steps;
 };
@@ -82,7 +83,7 @@ struct BraunCase {
 std::string case_name(const BraunCase& c) {
     const std::string name = std::string("braun/") + c.scenario->name + "/" +
                              to_string(c.variant->device()) + "/" + c.variant->name() +
-                             path_part(c.path);
+                             path_part(c.path) + precision_part(c.precision);
     // A GPU case runs once (see register_braun_cases): host threads do not name it.
     if (c.variant->device() == Device::cuda) return name;
     return name + "/threads:" + std::to_string(c.threads);
@@ -94,6 +95,7 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     const BraunData data = make_braun_data(s);
     nn::SequenceModel<float> model(m, c.variant->name(), c.variant->device(), kBraunModelSeed);
     if (!c.path.empty()) model.lstm().set_path(c.path);
+    model.lstm().set_precision(c.precision);
     if (auto why = braun_reference_verdict(s, *c.variant, m, model, data)) {
         fail_case(state, *why);
         return;
@@ -167,19 +169,21 @@ void register_braun_cases(const BenchFlags& flags) {
     for (const BraunScenario& s : braun_scenarios()) {
         for (const Variant* v : variants()) {
             for (const std::string& path : case_paths(*v, flags))
-                for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
-                    const BraunCase c{&s, v, path, threads, warmup_repeats(flags, v->device())};
-                    // Real time: the step runs on an OpenMP team, and the calling thread's CPU time
-                    // misses the workers. It also makes GFLOP/s divide by wall time. GPU cases: the
-                    // CUDA events of StepTimer (manual time).
-                    auto* b = register_case(case_name(c),
-                                            [c](benchmark::State& state) { run_case(state, c); });
-                    if (v->device() == Device::cuda)
-                        b->UseManualTime();
-                    else
-                        b->UseRealTime();
-                    b->Unit(benchmark::kMillisecond);
-                }
+                for (Precision precision : case_precisions(*v, s.config))
+                    for (int threads : v->device() == Device::cpu ? flags.threads : gpu_threads) {
+                        const BraunCase c{&s,        v,       path,
+                                          precision, threads, warmup_repeats(flags, v->device())};
+                        // Real time: the step runs on an OpenMP team, and the calling thread's CPU
+                        // time misses the workers. It also makes GFLOP/s divide by wall time. GPU
+                        // cases: the CUDA events of StepTimer (manual time).
+                        auto* b = register_case(
+                            case_name(c), [c](benchmark::State& state) { run_case(state, c); });
+                        if (v->device() == Device::cuda)
+                            b->UseManualTime();
+                        else
+                            b->UseRealTime();
+                        b->Unit(benchmark::kMillisecond);
+                    }
         }
     }
 }

@@ -95,9 +95,10 @@ void StepTimer::stop(benchmark::State&) {}
 // the host check covers a cuda variant too: its inputs go to device buffers and come back.
 std::optional<std::string> check_on_device_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
-    Span<const int64_t> lengths, Span<const float> params, bool with_split,
-    const std::string& path) {
-    return check_against_reference(variant, config, x, lengths, params, with_split, path);
+    Span<const int64_t> lengths, Span<const float> params, bool with_split, const std::string& path,
+    Precision precision) {
+    return check_against_reference(variant, config, x, lengths, params, with_split, path,
+                                   precision);
 }
 
 std::optional<std::string> check_layer_against_reference(
@@ -106,7 +107,7 @@ std::optional<std::string> check_layer_against_reference(
     std::vector<float> params(static_cast<size_t>(param_count(config)));
     layer.store_parameters(Span<float>(params));
     return check_on_device_against_reference(variant, config, x, lengths, Span<const float>(params),
-                                             with_split, layer.path());
+                                             with_split, layer.path(), layer.precision());
 }
 
 }  // namespace lstm::bench

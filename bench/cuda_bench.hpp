@@ -40,9 +40,9 @@ private:
 };
 
 // check_against_reference (reference_check.hpp) for a variant on either device: x (T, N, I) and
-// lengths (N) on the host, the parameters read from `layer` wherever they live, on the path the
-// layer takes. A cuda variant runs on device buffers (reference::run_variant_parts), so the same
-// check code covers it.
+// lengths (N) on the host, the parameters read from `layer` wherever they live, on the path and in
+// the precision the layer takes. A cuda variant runs on device buffers
+// (reference::run_variant_parts), so the same check code covers it.
 std::optional<std::string> check_layer_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
     Span<const int64_t> lengths, const LstmT<float>& layer, bool with_split = false);
@@ -51,6 +51,6 @@ std::optional<std::string> check_layer_against_reference(
 std::optional<std::string> check_on_device_against_reference(
     const Variant& variant, const Config& config, TensorView<const float> x,
     Span<const int64_t> lengths, Span<const float> params, bool with_split = false,
-    const std::string& path = {});
+    const std::string& path = {}, Precision precision = Precision::full);
 
 }  // namespace lstm::bench

@@ -51,14 +51,14 @@ std::optional<std::string> check_against_reference(const Variant& variant, const
                                                    TensorView<const float> x,
                                                    Span<const int64_t> lengths,
                                                    Span<const float> params, bool with_split,
-                                                   const std::string& path) {
+                                                   const std::string& path, Precision precision) {
     const reference::LstmCase slice = make_slice(config, x, lengths, params);
     const std::string where = "reference check on " + std::to_string(slice.in.batch) +
                               " sequences x " + std::to_string(slice.in.seq_len) + " steps: ";
     try {
-        const auto why = with_split
-                             ? reference::check_variant_with_split<float>(variant, slice, path)
-                             : reference::check_variant<float>(variant, slice, path);
+        const auto why =
+            with_split ? reference::check_variant_with_split<float>(variant, slice, path, precision)
+                       : reference::check_variant<float>(variant, slice, path, precision);
         if (why) return where + *why;
     } catch (const std::exception& e) {
         return where + "threw: " + e.what();

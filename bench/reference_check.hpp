@@ -25,13 +25,12 @@ constexpr int64_t kCheckSteps = 16;
 // (T, N, I, host) over min(T, kCheckSteps) steps, lengths (N, host) scaled to that, with
 // `params` (param_count(config), host). Tolerances: reference::lstm_rtol. With `with_split`,
 // backward also runs as BackwardPart::data then weights (the variant must support the split) and
-// that result is checked too. `path`: one of variant.paths(), empty for the default. Returns why
-// it disagrees (or threw), std::nullopt when it agrees.
-std::optional<std::string> check_against_reference(const Variant& variant, const Config& config,
-                                                   TensorView<const float> x,
-                                                   Span<const int64_t> lengths,
-                                                   Span<const float> params,
-                                                   bool with_split = false,
-                                                   const std::string& path = {});
+// that result is checked too. `path`: one of variant.paths(), empty for the default; `precision`:
+// what the products compute in (bf16: reference::check_bf16_result's rule). Returns why it
+// disagrees (or threw), std::nullopt when it agrees.
+std::optional<std::string> check_against_reference(
+    const Variant& variant, const Config& config, TensorView<const float> x,
+    Span<const int64_t> lengths, Span<const float> params, bool with_split = false,
+    const std::string& path = {}, Precision precision = Precision::full);
 
 }  // namespace lstm::bench

@@ -47,4 +47,19 @@ inline std::string path_part(const std::string& path) {
     return path.empty() ? std::string() : "/path:" + path;
 }
 
+// The precisions a variant's cases of an LSTM `config` time: full, and bf16 where the variant
+// computes it (Variant::supports_precision), so a variant that gains a bf16 path is timed in it.
+inline std::vector<Precision> case_precisions(const Variant& v, const Config& config) {
+    std::vector<Precision> out = {Precision::full};
+    if (!v.supports(config.core(), DType::f32) &&
+        !v.supports_precision(config.core(), DType::f32, Precision::bf16))
+        out.push_back(Precision::bf16);
+    return out;
+}
+
+// The part of a case name that names its precision ("/bf16"; nothing for full).
+inline std::string precision_part(Precision precision) {
+    return precision == Precision::full ? std::string() : std::string("/") + to_string(precision);
+}
+
 }  // namespace lstm::bench

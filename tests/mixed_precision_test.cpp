@@ -21,8 +21,6 @@ using namespace lstm::test;
 
 namespace {
 
-using reference::relative_norm_error;
-
 // A case as a model is trained in bf16: parameters of PyTorch's initial scale, U(-1/sqrt(H),
 // 1/sqrt(H)), so a long sequence neither saturates nor explodes, and every value exactly a float,
 // so the oracle rounds the inputs the library sees (not their double originals) to bf16.
@@ -47,51 +45,10 @@ void for_each_bf16_variant(const Config& config, Fn&& fn) {
     }
 }
 
-struct Tensors {
-    const char* name;
-    const std::vector<double>*got, *model, *unrounded;
-};
-
-std::vector<Tensors> tensors(const VariantResult& got, const reference::LstmOutputs& mf,
-                             const reference::LstmInputGrads& mb, const reference::LstmOutputs& uf,
-                             const reference::LstmInputGrads& ub) {
-    return {{"y", &got.y, &mf.y, &uf.y},
-            {"hn", &got.hn, &mf.hn, &uf.hn},
-            {"cn", &got.cn, &mf.cn, &uf.cn},
-            {"dx", &got.dx, &mb.dx, &ub.dx},
-            {"dh0", &got.dh0, &mb.dh0, &ub.dh0},
-            {"dc0", &got.dc0, &mb.dc0, &ub.dc0},
-            {"dparams", &got.dparams, &mb.dparams, &ub.dparams}};
-}
-
-// Where the oracle rounded some computed value near a tie the library may round it the other way
-// (reference::RoundingReport), and the difference travels on; the result must still lie much
-// nearer the model than the bf16 rounding moves it: a path that skipped one rounding point lies
-// about halfway or beyond.
+// The share of the rounding's effect a result may lie off the model where the model met near ties
+// (reference::check_bf16_result): these cases are small enough for it to tell a skipped rounding
+// point (about half or more) from rounding decisions that went the other way.
 constexpr double kModelShare = 0.3;
-
-// The bf16 bound against the unrounded problem: norm-wise beyond T = 1, else element-wise.
-void check_bf16_bound(const Tensors& t, const LstmCase& c) {
-    const double rtol = reference::bf16_rtol(c.in.config, c.in.seq_len);
-    if (c.in.seq_len == 1) {
-        LSTM_CHECK_CLOSE(compare_scaled(std::string(t.name) + " against the unrounded problem",
-                                        *t.got, *t.unrounded, rtol));
-        return;
-    }
-    const double err = relative_norm_error(*t.got, *t.unrounded);
-    INFO(t.name << ": ||got - unrounded|| / ||unrounded|| = " << err
-                << ", bound bf16_rtol = " << rtol);
-    CHECK(err <= rtol);
-}
-
-// The model share: the result's distance from the model against the model's from the unrounded.
-void check_model_share(const Tensors& t) {
-    const double off_model = relative_norm_error(*t.got, *t.model);
-    const double bf16_effect = relative_norm_error(*t.model, *t.unrounded);
-    INFO(t.name << ": ||got - model|| = " << off_model << " of ||model||, the rounding moves it "
-                << bf16_effect << "; allowed " << kModelShare << " of that");
-    CHECK(off_model <= kModelShare * bf16_effect);
-}
 
 // The cases of the model test: the small shapes, one step, odd sizes, and subnormal inputs.
 std::vector<Shape> model_shapes() {
@@ -115,31 +72,22 @@ TEST_CASE("every bf16 path follows the rounding model", "[bf16_lstm]") {
             for (size_t k = 0; k < c.in.x.size(); k += 3) c.in.x[k] = 1e-40 * (k % 2 ? 1 : -1);
             for (size_t k = 0; k < c.in.params.size(); k += 5) c.in.params[k] = 3e-39;
         }
-        reference::RoundingReport ties;
-        const auto mf = reference::lstm_forward(c.in, pytorch_cell(), Precision::bf16);
-        auto mb =
-            reference::lstm_backward(c.in, c.out_grads, pytorch_cell(), Precision::bf16, &ties);
-        const auto uf = reference::lstm_forward(c.in);
-        auto ub = reference::lstm_backward(c.in, c.out_grads);
+        reference::Bf16Oracles o = reference::bf16_oracles(c, pytorch_cell());
         // Backward adds into dparams: it starts from `before`.
-        const std::vector<double> before = random_vector(mb.dparams.size(), seed + 99);
-        mb.dparams = accumulated<float>(mb.dparams, before);
-        ub.dparams = accumulated<float>(ub.dparams, before);
+        const std::vector<double> before = random_vector(o.model_grads.dparams.size(), seed + 99);
+        o.model_grads.dparams = accumulated<float>(o.model_grads.dparams, before);
+        o.unrounded_grads.dparams = accumulated<float>(o.unrounded_grads.dparams, before);
         for_each_bf16_variant(c.in.config, [&](const Variant& v, const std::string& path) {
             INFO("variant " << v.name() << ", path " << path << ", case: " << s.name << ", "
-                            << ties.near_ties << " near ties");
+                            << o.near_ties << " near ties");
             const VariantResult got = reference::run_variant_parts<float>(
                 v, c, {BackwardPart::all}, before, false, path, Precision::bf16);
             ++runs;
-            if (ties.near_ties == 0) {
-                // Every rounding decision is the oracle's: fp32 agreement.
-                ++strict;
-                check_close_to_reference(got, mf, mb, mb.dparams, rtol_for<float>(c));
-            }
-            for (const Tensors& t : tensors(got, mf, mb, uf, ub)) {
-                if (ties.near_ties != 0) check_model_share(t);
-                check_bf16_bound(t, c);
-            }
+            // Without near ties every rounding decision is the oracle's: fp32 agreement.
+            if (o.near_ties == 0) ++strict;
+            const auto why = reference::check_bf16_result(got, c, o, "", kModelShare);
+            INFO(why.value_or(""));
+            CHECK_FALSE(why.has_value());
         });
         seed += 10;
     }
@@ -157,19 +105,16 @@ TEST_CASE("long sequences in bf16 stay within the bf16 bound", "[bf16_lstm]") {
     uint64_t seed = 7000;
     for (const Shape& s : shapes) {
         const LstmCase c = bf16_case(s, seed);
-        const auto mf = reference::lstm_forward(c.in, pytorch_cell(), Precision::bf16);
-        const auto mb =
-            reference::lstm_backward(c.in, c.out_grads, pytorch_cell(), Precision::bf16);
-        const auto uf = reference::lstm_forward(c.in);
-        const auto ub = reference::lstm_backward(c.in, c.out_grads);
+        const reference::Bf16Oracles o = reference::bf16_oracles(c, pytorch_cell());
+        // Long sequences meet near ties: the model share is what tells the rounding points here.
+        CHECK(o.near_ties > 0);
         for_each_bf16_variant(c.in.config, [&](const Variant& v, const std::string& path) {
             INFO("variant " << v.name() << ", path " << path << ", case: " << s.name);
             const VariantResult got = reference::run_variant_parts<float>(
                 v, c, {BackwardPart::all}, {}, false, path, Precision::bf16);
-            for (const Tensors& t : tensors(got, mf, mb, uf, ub)) {
-                check_model_share(t);
-                check_bf16_bound(t, c);
-            }
+            const auto why = reference::check_bf16_result(got, c, o, "", kModelShare);
+            INFO(why.value_or(""));
+            CHECK_FALSE(why.has_value());
         });
         seed += 10;
     }
