@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/bf16.hpp"
 #include "lstm/nn/model.hpp"
 #include "test_util.hpp"
 
@@ -203,4 +204,29 @@ TEST_CASE("a state dict of only lstm.* and fc.* loads the parameters and nothing
     CHECK_THROWS_WITH(io::load_model_parameters(no_bias, other),
                       Contains("the file lacks fc.bias, the model's dense layer has a bias"));
     CHECK(all_params(other) == before);
+}
+
+TEST_CASE("a checkpoint of a bf16-trained model holds its fp32 masters and says bf16", "[io][nn]") {
+    nn::SequenceModel<float> full(model_config(), "basic", Device::cpu, 3);
+    nn::SequenceModel<float> bf16(model_config(), "basic", Device::cpu, 3);
+    bf16.lstm().set_precision(Precision::bf16);
+    train(full, 0, 2);
+    train(bf16, 0, 2);
+    io::TensorFile a, b;
+    io::add_checkpoint(a, full);
+    io::add_checkpoint(b, bf16);
+    CHECK(a.metadata.at("precision") == "full");
+    CHECK(b.metadata.at("precision") == "bf16");
+    // The masters are fp32 and not rounded: some weight is no bf16 value after two Adam steps,
+    // and the two runs differ (their products rounded differently).
+    const std::vector<float> w = b.at("lstm.weight_hh_l0").values<float>();
+    size_t off_grid = 0;
+    for (float v : w) off_grid += kernels::round_to_bf16(v) != v;
+    CHECK(off_grid > 0);
+    CHECK(a.at("lstm.weight_hh_l0").values<float>() != w);
+    // Loading leaves the model's own precision.
+    nn::SequenceModel<float> loaded(model_config(), "basic", Device::cpu, 5);
+    io::load_checkpoint(b, loaded);
+    CHECK(loaded.lstm().precision() == Precision::full);
+    CHECK(all_params(loaded) == all_params(bf16));
 }

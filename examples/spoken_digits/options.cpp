@@ -34,15 +34,16 @@ constexpr int64_t kMaxEpochs = 1000000, kMaxThreadsPerProcessor = 16;
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
 void print_usage(std::FILE* to) {
-    std::fprintf(to,
-                 "usage: spoken_digits_train DATA_DIR [--task isolated|connected]\n"
-                 "       [--variant basic|fused|onednn] [--epochs E] [--hidden H] [--batch B]\n"
-                 "       [--threads T] [--seed S] [--lr LR] [--dropout P] [--exact-lengths]\n"
-                 "       [--checkpoint PATH] [--import PATH] [--export PATH] [--curve PATH]\n"
-                 "       [--min-accuracy A] [--max-ler L]\n"
-                 "DATA_DIR holds manifest.tsv and wav/ as written by make_data.sh. Options take\n"
-                 "their value as the next argument (--task connected). docs/spoken_digits.md\n"
-                 "says what each does.\n");
+    std::fprintf(
+        to,
+        "usage: spoken_digits_train DATA_DIR [--task isolated|connected]\n"
+        "       [--variant basic|fused|onednn] [--precision full|bf16] [--epochs E]\n"
+        "       [--hidden H] [--batch B] [--threads T] [--seed S] [--lr LR] [--dropout P]\n"
+        "       [--exact-lengths] [--checkpoint PATH] [--import PATH] [--export PATH]\n"
+        "       [--curve PATH] [--min-accuracy A] [--max-ler L]\n"
+        "DATA_DIR holds manifest.tsv and wav/ as written by make_data.sh. Options take\n"
+        "their value as the next argument (--task connected). docs/spoken_digits.md\n"
+        "says what each does.\n");
 }
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -123,6 +124,13 @@ Options parse_options(int argc, char** argv) {
              o.task = task == "isolated" ? Task::isolated : Task::connected;
          }},
         {"--variant", [&](const std::string&, const char* value) { o.variant = value; }},
+        {"--precision",
+         [&](const std::string& flag, const char* value) {
+             const std::string name = value;
+             if (name != "full" && name != "bf16")
+                 usage(flag + " must be full or bf16, got '" + name + "'");
+             o.precision = lstm::precision_named(name, flag.c_str());
+         }},
         {"--epochs",
          [&](const std::string& flag, const char* value) {
              o.epochs = parse_int(flag, value, 0, kMaxEpochs);

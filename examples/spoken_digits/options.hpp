@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "lstm/tensor.hpp"
+
 namespace spoken_digits {
 
 enum class Task {
@@ -17,6 +19,7 @@ struct Options {
     std::string data_dir;
     Task task = Task::isolated;
     std::string variant = "fused";
+    lstm::Precision precision = lstm::Precision::full;  // the LSTM's compute precision
     int64_t epochs = 0;  // 0 with --import: evaluate only; the default is the task's (options.cpp)
     int64_t hidden = 128;
     int64_t batch = 16;

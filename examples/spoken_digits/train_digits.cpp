@@ -192,6 +192,8 @@ int run(const Options& o) {
     const auto seed = static_cast<uint64_t>(o.seed);
     lstm::nn::SequenceModel<float> model(model_config(o), o.variant, lstm::Device::cpu, seed);
     model.lstm().set_dropout_state(seed);
+    // The masters, the head and the optimizer stay fp32; only the LSTM's products round.
+    model.lstm().set_precision(o.precision);
     if (!o.import_path.empty())
         lstm::io::load_model_parameters(lstm::io::read_safetensors(o.import_path), model);
 
@@ -203,10 +205,11 @@ int run(const Options& o) {
         o.lr, steps_per_epoch, std::max<int64_t>(1, (o.epochs - 1) * steps_per_epoch - 1),
         kWarmupStartFactor, o.lr * kEndLrFactor};
     std::printf(
-        "%s digits: %zu training and %zu held-out utterances; variant %s%s, 2-layer "
+        "%s digits: %zu training and %zu held-out utterances; variant %s%s%s, 2-layer "
         "bidirectional LSTM hidden %" PRId64 ", dropout %.2f, batch %" PRId64 ", lr %.2g, %" PRId64
         " epochs of %" PRId64 " steps, %d threads\n",
         to_string(o.task), train.lengths.size(), splits.heldout.lengths.size(), o.variant.c_str(),
+        o.precision == lstm::Precision::bf16 ? " in bf16" : "",
         exact_lengths ? " (batches of one exact length)" : "", o.hidden, o.dropout, o.batch, o.lr,
         o.epochs, steps_per_epoch, lstm::num_threads());
 

@@ -111,7 +111,9 @@ void copy_to_model(nn::SequenceModel<T>& model, const File& file, const Entry& t
 
 }  // namespace detail
 
-// Appends the model's checkpoint tensors to `file` and sets its "format" metadata.
+// Appends the model's checkpoint tensors to `file` and sets its "format" metadata, and its
+// "precision" (the layer's compute precision, lstm/tensor.hpp: what the run computed in; the
+// parameters are the fp32 masters whatever it is, and loading leaves the model's own choice).
 // On a GPU everything is copied to the host first (waiting for the queued work).
 template <typename T>
 void add_checkpoint(TensorFile& file, nn::SequenceModel<T>& model) {
@@ -138,6 +140,7 @@ void add_checkpoint(TensorFile& file, nn::SequenceModel<T>& model) {
                             static_cast<int64_t>(model.lstm().dropout_count())};
     file.add(Tensor::from(detail::kDropoutState, {2}, rng));
     file.metadata["format"] = kCheckpointFormat;
+    file.metadata["precision"] = to_string(model.lstm().precision());
 }
 
 // The model's checkpoint as sources that read the model's own buffers where they live, for
@@ -221,6 +224,7 @@ CheckpointSources checkpoint_sources(nn::SequenceModel<T>& model) {
     out.tensors.push_back(
         TensorSource::of(detail::kDropoutState, {2}, &out.counters[out.counters.size() - 2]));
     out.metadata["format"] = kCheckpointFormat;
+    out.metadata["precision"] = to_string(model.lstm().precision());
     return out;
 }
 
