@@ -130,7 +130,7 @@ void time_training_steps(benchmark::State& state, const BraunCase& c) {
     // The host's FMA peak says nothing about a GPU's, so GPU cases get no fraction.
     if (c.variant->device() == Device::cpu)
         state.counters["peak_frac"] =
-            peak_fraction(flops, state.iterations(), loop_seconds, c.threads);
+            peak_fraction(flops, state.iterations(), loop_seconds, c.threads, c.precision);
     const LstmT<float>& lstm = model.lstm();
     state.counters["reserve_bytes"] =
         benchmark::Counter(static_cast<double>(lstm.reserve_bytes()), benchmark::Counter::kDefaults,

@@ -28,13 +28,24 @@ void add_host_context(const std::vector<int>& cpu_thread_counts) {
                       fma_peak_gflops(threads), kernels::cpu::simd_target_name(), kPeakRounds,
                       kPeakRoundSeconds * 1e3);
         benchmark::AddCustomContext("fma_peak/threads:" + std::to_string(threads), value);
+        if (bf16_peak_runs()) {
+            std::snprintf(value, sizeof value,
+                          "%.1f GFLOP/s bf16 dot products (VDPBF16PS), best of %d x %.0f ms",
+                          bf16_peak_gflops(threads), kPeakRounds, kPeakRoundSeconds * 1e3);
+            benchmark::AddCustomContext("bf16_peak/threads:" + std::to_string(threads), value);
+        } else {
+            benchmark::AddCustomContext("bf16_peak/threads:" + std::to_string(threads),
+                                        "none: this CPU (or build) has no AVX512_BF16; a bf16 "
+                                        "case's peak_frac divides by the fp32 FMA peak");
+        }
     }
 }
 
 benchmark::Counter peak_fraction(double flops, benchmark::IterationCount iterations, double seconds,
-                                 int threads) {
+                                 int threads, Precision precision) {
     constexpr double kFlopsPerGflop = 1e9;
-    const double peak = fma_peak_gflops(threads);
+    const double peak = precision == Precision::bf16 && bf16_peak_runs() ? bf16_peak_gflops(threads)
+                                                                         : fma_peak_gflops(threads);
     if (!(seconds > 0) || !(peak > 0)) return benchmark::Counter(0);
     const double gflops = flops * static_cast<double>(iterations) / seconds / kFlopsPerGflop;
     return benchmark::Counter(gflops / peak);

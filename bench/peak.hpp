@@ -41,4 +41,14 @@ void measure_fma_peaks(const std::vector<int>& thread_counts);
 // The peak measured for `threads` by measure_fma_peaks(); measured now (and kept) if it was not.
 double fma_peak_gflops(int threads);
 
+// The bf16 dot-product peak, the denominator of a bf16 case's `peak_frac` where the CPU has the
+// instruction: the same measurement with kernels::cpu::bf16_dot_peak_loop (independent
+// VDPBF16PS chains, AVX512_BF16) in place of the FMA loop. Whether this CPU runs it; the
+// measurement and the kept peak throw lstm::Unsupported where it does not, and otherwise as
+// their fp32 twins.
+bool bf16_peak_runs();
+double measure_bf16_peak_gflops(int threads, int rounds = kPeakRounds,
+                                double round_seconds = kPeakRoundSeconds);
+double bf16_peak_gflops(int threads);
+
 }  // namespace lstm::bench

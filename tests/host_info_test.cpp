@@ -13,9 +13,12 @@
 #include <string>
 
 #include "bench/peak.hpp"
+#include "kernels/cpu/bf16_native.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/simd.hpp"
 #include "lstm/registry.hpp"
 #include "lstm/variants/fused.hpp"
+#include "test_util.hpp"
 
 using namespace lstm;
 
@@ -39,6 +42,25 @@ TEST_CASE("the measured FMA peak is positive and finite", "[peak]") {
         bench::measure_fma_peak_gflops(omp_get_max_threads(), kRounds, kRoundSeconds);
     CHECK(std::isfinite(all));
     CHECK(all > 0);
+}
+
+TEST_CASE("the bf16 peak loop counts 64 FLOPs per instruction, or is refused without AVX512_BF16",
+          "[peak]") {
+    if (!kernels::cpu::cpu_has_avx512_bf16()) {
+        // Refused before any instruction runs, by name.
+        CHECK_FALSE(bench::bf16_peak_runs());
+        CHECK_THROWS_AS(kernels::cpu::bf16_dot_peak_loop(10), Unsupported);
+        CHECK_THROWS_AS(bench::measure_bf16_peak_gflops(1, 1, 0.001), Unsupported);
+        LSTM_SKIP("this CPU (or build) has no AVX512_BF16: the loop itself cannot run here");
+    }
+    REQUIRE(kernels::cpu::bf16_native_compiled());
+    REQUIRE(bench::bf16_peak_runs());
+    // 12 chains of 16 lanes, each instruction two products (two FLOPs each) per lane.
+    for (int64_t iterations : {int64_t{0}, int64_t{1}, int64_t{777}})
+        CHECK(kernels::cpu::bf16_dot_peak_loop(iterations) == iterations * 12 * 16 * 2 * 2);
+    const double peak = bench::measure_bf16_peak_gflops(1, 2, 0.005);
+    CHECK(std::isfinite(peak));
+    CHECK(peak > 0);
 }
 
 TEST_CASE("measure_fma_peak_gflops names a bad argument", "[peak]") {
