@@ -35,6 +35,7 @@ struct PairCase {
     const Variant* variant;
     std::string path;  // the variant's; empty: its default (the peer always takes its default)
     const Variant* peer;
+    Precision precision;  // both sides'
     int threads;
     int warmup_steps;
 };
@@ -42,7 +43,7 @@ struct PairCase {
 // One model of the pair, with the batch it trains on.
 class PairSide {
 public:
-    PairSide(const BraunScenario& s, const Variant& v, const std::string& path,
+    PairSide(const BraunScenario& s, const Variant& v, const std::string& path, Precision precision,
              const BraunData& data)
         : scenario_(s),
           variant_(v),
@@ -50,6 +51,7 @@ public:
           model_(config_, v.name(), v.device(), kBraunModelSeed),
           data_(data) {
         if (!path.empty()) model_.lstm().set_path(path);
+        model_.lstm().set_precision(precision);
     }
 
     // The reference check before timing: nullopt when it passes, else why not (named).
@@ -87,7 +89,7 @@ private:
 void time_pairs(benchmark::State& state, const PairCase& c) {
     const BraunScenario& s = *c.scenario;
     const BraunData data = make_braun_data(s);
-    PairSide a(s, *c.variant, c.path, data), b(s, *c.peer, "", data);
+    PairSide a(s, *c.variant, c.path, c.precision, data), b(s, *c.peer, "", c.precision, data);
     for (PairSide* side : {&a, &b}) {
         if (auto why = side->check()) {
             fail_case(state, *why);
@@ -147,17 +149,26 @@ void register_pair_cases(const BenchFlags& flags) {
     for (const BraunScenario& s : braun_scenarios())
         for (const Variant* v : variants()) {
             if (v->device() != Device::cpu || v == peer) continue;
+            // A precision both sides compute in (the peer's bf16 where it has one).
+            std::vector<Precision> precisions;
+            for (Precision p : case_precisions(*v, s.config)) {
+                const std::vector<Precision> peer_has = case_precisions(*peer, s.config);
+                if (std::find(peer_has.begin(), peer_has.end(), p) != peer_has.end())
+                    precisions.push_back(p);
+            }
             for (const std::string& path : case_paths(*v, flags))
-                for (int threads : flags.threads) {
-                    const PairCase c{&s, v, path, peer, threads, flags.warmup_steps};
-                    const std::string name = std::string("pair/") + s.name + "/cpu/" + v->name() +
-                                             ":" + kPeer + path_part(path) +
-                                             "/threads:" + std::to_string(threads);
-                    // Manual time: each iteration reports the pair's two steps.
-                    register_case(name, [c](benchmark::State& state) { run_pair(state, c); })
-                        ->UseManualTime()
-                        ->Unit(benchmark::kMillisecond);
-                }
+                for (Precision precision : precisions)
+                    for (int threads : flags.threads) {
+                        const PairCase c{&s, v, path, peer, precision, threads, flags.warmup_steps};
+                        const std::string name = std::string("pair/") + s.name + "/cpu/" +
+                                                 v->name() + ":" + kPeer + path_part(path) +
+                                                 precision_part(precision) +
+                                                 "/threads:" + std::to_string(threads);
+                        // Manual time: each iteration reports the pair's two steps.
+                        register_case(name, [c](benchmark::State& state) { run_pair(state, c); })
+                            ->UseManualTime()
+                            ->Unit(benchmark::kMillisecond);
+                    }
         }
 }
 

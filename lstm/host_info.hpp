@@ -45,7 +45,8 @@ std::string eigen_instruction_sets();
 // up in tests/host_info_test.cpp.
 std::string variant_path(const Variant& variant);
 
-// What `variant` runs at Precision::bf16 (Variant::describe_precision), or "none: " and why not.
+// What `variant` runs at Precision::bf16 (Variant::describe_precision) for a plain LSTM (no
+// projection), or "none: " and why not.
 std::string variant_bf16_path(const Variant& variant);
 
 // The CTC loss kernel's path (it is not a variant: every model's CTC head runs it).

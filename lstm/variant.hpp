@@ -229,6 +229,11 @@ public:
     virtual std::string default_path(DType /*dtype*/) const { return "default"; }
     // What `path` runs on this host, for reports (lstm_tool info, the bench's context).
     virtual std::string describe_path(const std::string& path) const { return path; }
+    // Whether this variant's `precision` path rounds exactly where docs/precision.md says (the
+    // oracle's rounding model, lstm/reference/lstm_reference.hpp), so that it agrees with that
+    // model to fp32 tolerance; a vendor's path rounds where its library does and is held to the
+    // bf16 bound alone. Only asked where supports_precision() accepts `precision`.
+    virtual bool rounds_at_library_points(Precision /*precision*/) const { return true; }
     // What this variant's `precision` path runs on this host (which instructions its bf16
     // products take, and whether that is faster than full precision), for the same reports;
     // only asked where supports_precision() accepts it.

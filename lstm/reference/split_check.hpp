@@ -34,7 +34,9 @@ std::optional<std::string> check_variant_with_split(const Variant& variant, cons
     if (precision == Precision::bf16) {
         const Bf16Oracles o = bf16_oracles(c, variant.cell());
         for (const auto& [label, got] : runs)
-            if (auto why = check_bf16_result(got, c, o, label)) return why;
+            if (auto why = check_bf16_result(got, c, o, label, 0,
+                                             variant.rounds_at_library_points(precision)))
+                return why;
         return std::nullopt;
     }
     const LstmOutputs want = lstm_forward(c.in, variant.cell());

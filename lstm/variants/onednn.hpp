@@ -76,6 +76,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/common/bf16.hpp"
 #include "lstm/detail/carve.hpp"
 #include "lstm/detail/onednn_hooks.hpp"
 #include "lstm/variant.hpp"
@@ -87,6 +88,7 @@ namespace onednn_detail {
 using Dims = dnnl::memory::dims;
 using Tag = dnnl::memory::format_tag;
 constexpr auto kF32 = dnnl::memory::data_type::f32;
+constexpr auto kBf16 = dnnl::memory::data_type::bf16;
 
 // Layers [first_layer, first_layer + num_layers) run as one oneDNN primitive; every one of them
 // reads inputs in_width wide.
@@ -262,6 +264,11 @@ struct Plan {
     Config config;
     int64_t seq_len = 0, batch = 0;
     int threads = 0;
+    // Precision::bf16: oneDNN's bf16 LSTM (see the top of this file).
+    bool bf16 = false;
+    // Bytes of one element of the layer inputs and outputs and h states oneDNN reads and
+    // writes: 2 in bf16, else 4.
+    size_t act_bytes() const { return bf16 ? 2 : 4; }
     std::vector<GroupPlan> groups;
     dnnl::engine engine;
     dnnl::stream stream;
@@ -344,25 +351,37 @@ inline dnnl::memory::desc bias_desc(const Config& config, const Group& group) {
         Dims{group.num_layers, config.num_directions(), 4, config.hidden_size}, kF32, Tag::ldgo);
 }
 
+// The primitives of one group; `bf16`: the layer inputs and outputs, h states and weights in
+// bf16, c states, bias and every gradient in f32 (oneDNN 2.6's bf16 LSTM).
 inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& config,
-                                 const Group& group, int64_t seq_len, int64_t batch) {
+                                 const Group& group, int64_t seq_len, int64_t batch, bool bf16) {
     using dnnl::memory;
     const int64_t hidden = config.hidden_size, dirs = config.num_directions();
     const int64_t layers = group.num_layers, width = config.state_size();
     const bool projected = config.proj_size > 0;
     const auto direction = config.bidirectional ? dnnl::rnn_direction::bidirectional_concat
                                                 : dnnl::rnn_direction::unidirectional_left2right;
-    const memory::desc src(Dims{seq_len, batch, group.in_width}, kF32, Tag::tnc);
-    const memory::desc dst(Dims{seq_len, batch, config.output_size()}, kF32, Tag::tnc);
-    const memory::desc h_state(Dims{layers, dirs, batch, width}, kF32, Tag::ldnc);
+    const auto act = bf16 ? kBf16 : kF32;
+    const Dims src_dims{seq_len, batch, group.in_width},
+        dst_dims{seq_len, batch, config.output_size()};
+    const Dims h_dims{layers, dirs, batch, width};
+    const Dims w_layer_dims{layers, dirs, group.in_width, 4, hidden},
+        w_iter_dims{layers, dirs, width, 4, hidden};
+    const Dims w_proj_dims{layers, dirs, hidden, config.proj_size};
+    const memory::desc src(src_dims, act, Tag::tnc);
+    const memory::desc dst(dst_dims, act, Tag::tnc);
+    const memory::desc h_state(h_dims, act, Tag::ldnc);
     const memory::desc c_state(Dims{layers, dirs, batch, hidden}, kF32, Tag::ldnc);
-    const memory::desc w_layer(Dims{layers, dirs, group.in_width, 4, hidden}, kF32, Tag::any);
-    const memory::desc w_iter(Dims{layers, dirs, width, 4, hidden}, kF32, Tag::any);
+    const memory::desc w_layer(w_layer_dims, act, Tag::any);
+    const memory::desc w_iter(w_iter_dims, act, Tag::any);
     // A zero descriptor: no peephole, and no projection unless the config has one.
     const memory::desc none;
-    const memory::desc w_proj =
-        projected ? memory::desc(Dims{layers, dirs, hidden, config.proj_size}, kF32, Tag::any)
-                  : none;
+    const memory::desc w_proj = projected ? memory::desc(w_proj_dims, act, Tag::any) : none;
+    // The gradients: f32 whatever the precision.
+    const memory::desc d_src(src_dims, kF32, Tag::tnc), d_dst(dst_dims, kF32, Tag::tnc);
+    const memory::desc d_h_state(h_dims, kF32, Tag::ldnc);
+    const memory::desc dw_layer(w_layer_dims, kF32, Tag::any), dw_iter(w_iter_dims, kF32, Tag::any);
+    const memory::desc dw_proj = projected ? memory::desc(w_proj_dims, kF32, Tag::any) : none;
     const memory::desc bias = bias_desc(config, group);
     const memory::desc user_w_layer = plain_weights_desc(config, group, Matrix::ih);
     const memory::desc user_w_iter = plain_weights_desc(config, group, Matrix::hh);
@@ -391,8 +410,8 @@ inline GroupPlan make_group_plan(const dnnl::engine& engine, const Config& confi
 
     const dnnl::lstm_backward::desc desc(dnnl::prop_kind::backward, direction, src, h_state,
                                          c_state, w_layer, w_iter, none, w_proj, bias, dst, h_state,
-                                         c_state, src, h_state, c_state, w_layer, w_iter, none,
-                                         w_proj, bias, dst, h_state, c_state);
+                                         c_state, d_src, d_h_state, c_state, dw_layer, dw_iter,
+                                         none, dw_proj, bias, d_dst, d_h_state, c_state);
     BackwardPlan& b = out.backward;
     b.pd = dnnl::lstm_backward::primitive_desc(desc, attr, engine, out.training.pd);
     b.w_layer_pd = reorder_pd(user_w_layer, b.pd.weights_layer_desc());
@@ -465,6 +484,12 @@ struct Workspace {
     // alternately; backward: the gradients w.r.t. those outputs, alternately. Else null.
     float* between[2];
     float* dx;  // (T, N, I) backward: receives dx when the caller omits it
+    // bf16 only (null in f32): what oneDNN reads or writes in bf16 where the caller's tensors
+    // are f32.
+    uint16_t* x;   // (T, N, I) x rounded
+    uint16_t* h0;  // (L*D, N, S) h0 rounded
+    uint16_t* y;   // (T, N, D*S) inference: the top group's output, widened into y
+    uint16_t* hn;  // (L*D, N, S) inference: hn, widened into the caller's
     void* scratchpad;
 };
 
@@ -516,12 +541,24 @@ inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass p
     w.sink_h = carve.take<float>(h_state);
     w.sink_c = carve.take<float>(c_state);
     if (plan.groups.size() > 1 && pass != Pass::training) {
-        // One buffer suffices between two groups; more groups alternate between two.
-        w.between[0] = carve.take<float>(steps * config.output_size());
-        w.between[1] =
-            plan.groups.size() > 2 ? carve.take<float>(steps * config.output_size()) : nullptr;
+        // One buffer suffices between two groups; more groups alternate between two. Outputs in
+        // the pass's element type, gradients in f32.
+        const int64_t plane = steps * config.output_size() *
+                              static_cast<int64_t>(pass == Pass::backward ? 4 : plan.act_bytes());
+        w.between[0] = reinterpret_cast<float*>(carve.take<unsigned char>(plane));
+        w.between[1] = plan.groups.size() > 2
+                           ? reinterpret_cast<float*>(carve.take<unsigned char>(plane))
+                           : nullptr;
     }
     w.dx = pass == Pass::backward ? carve.take<float>(steps * config.input_size) : nullptr;
+    if (plan.bf16) {
+        w.x = carve.take<uint16_t>(steps * config.input_size);
+        w.h0 = carve.take<uint16_t>(h_state);
+        if (pass == Pass::inference) {
+            w.y = carve.take<uint16_t>(steps * config.output_size());
+            w.hn = carve.take<uint16_t>(h_state);
+        }
+    }
     w.scratchpad = carve.take<unsigned char>(pass_scratchpad_bytes(plan, pass));
     return w;
 }
@@ -530,9 +567,11 @@ inline Workspace carve_workspace(detail::Carver& carve, const Plan& plan, Pass p
 struct Reserve {
     unsigned char* onednn;  // oneDNN's training workspace of group g at onednn + g * onednn_slot
     size_t onednn_slot;
-    float* between;  // (G-1, T, N, D*S) the output of every group below the top; G = #groups
-    float* hn;       // (L*D, N, S) final states, which oneDNN's backward takes as arguments
-    float* cn;       // (L*D, N, H)
+    // Elements of the plan's act_bytes() (bf16 or f32):
+    void* between;  // (G-1, T, N, D*S) the output of every group below the top; G = #groups
+    void* hn;       // (L*D, N, S) final states, which oneDNN's backward takes as arguments
+    float* cn;      // (L*D, N, H)
+    uint16_t* y;    // bf16 only: (T, N, D*S) the top group's output, widened into y
 
     void* group_workspace(size_t g) const { return onednn + g * onednn_slot; }
 };
@@ -546,12 +585,12 @@ inline Reserve carve_reserve(detail::Carver& carve, const Plan& plan) {
         r.onednn_slot =
             std::max(r.onednn_slot, aligned_bytes(gp.training.pd.workspace_desc().get_size()));
     r.onednn = carve.take<unsigned char>(groups * static_cast<int64_t>(r.onednn_slot));
-    r.between =
-        groups > 1
-            ? carve.take<float>((groups - 1) * plan.seq_len * plan.batch * config.output_size())
-            : nullptr;
-    r.hn = carve.take<float>(cells_n * config.state_size());
+    const auto act = static_cast<int64_t>(plan.act_bytes());
+    const int64_t layer_out = plan.seq_len * plan.batch * config.output_size();
+    r.between = groups > 1 ? carve.take<unsigned char>((groups - 1) * layer_out * act) : nullptr;
+    r.hn = carve.take<unsigned char>(cells_n * config.state_size() * act);
     r.cn = carve.take<float>(cells_n * config.hidden_size);
+    r.y = plan.bf16 ? carve.take<uint16_t>(layer_out) : nullptr;
     return r;
 }
 
@@ -583,6 +622,23 @@ inline void add_bias_grads(const Config& config, const Group& group, const float
                 dparams[o.bias_hh + k] += in[k];
             }
         }
+}
+
+// dst (n) <- src (n) rounded to bf16 (kernels/common/bf16.hpp: this library's rounding, not
+// oneDNN's). Host; overwrites.
+inline void to_bf16(const float* src, int64_t n, uint16_t* dst) {
+    for (int64_t k = 0; k < n; ++k) dst[k] = kernels::bf16_bits(src[k]);
+}
+// dst (n) <- src (n) widened (exact). Host; overwrites.
+inline void from_bf16(const uint16_t* src, int64_t n, float* dst) {
+    for (int64_t k = 0; k < n; ++k) dst[k] = kernels::bf16_to_float(src[k]);
+}
+// The element `index` of an array of `bytes`-byte elements at base.
+inline void* element(void* base, int64_t index, size_t bytes) {
+    return static_cast<unsigned char*>(base) + index * static_cast<int64_t>(bytes);
+}
+inline const void* element(const void* base, int64_t index, size_t bytes) {
+    return static_cast<const unsigned char*>(base) + index * static_cast<int64_t>(bytes);
 }
 
 // Rethrows oneDNN's exceptions as lstm::OutOfMemory (dnnl_out_of_memory), lstm::Unsupported
@@ -631,6 +687,29 @@ public:
         return std::nullopt;
     }
 
+    // bf16: oneDNN's bf16 LSTM, where this oneDNN build and CPU (under DNNL_MAX_CPU_ISA) have it
+    // and the config has no projection (oneDNN 2.6 has no bf16 LSTM with projection).
+    std::optional<std::string> supports_precision(const Config& config, DType,
+                                                  Precision) const override {
+        if (config.proj_size > 0)
+            return std::string("oneDNN ") + onednn_version() +
+                   " has no bf16 LSTM with projection (proj_size " +
+                   std::to_string(config.proj_size) + "); use 'fused' or 'basic'";
+        if (const std::optional<std::string>& why = bf16_unavailable()) return *why;
+        return std::nullopt;
+    }
+    std::string describe_precision(Precision precision) const override {
+        if (precision == Precision::full) return describe_path("default");
+        if (const std::optional<std::string>& why = bf16_unavailable()) return "none: " + *why;
+        return std::string("oneDNN's bf16 LSTM, JIT up to ") + lstm_onednn_cpu_isa() +
+               ": x, h, y and weights in bf16, c, bias and gradients in f32; y and hn come out "
+               "rounded to bf16";
+    }
+    // oneDNN rounds its outputs y and hn to bf16 and its internal operands where it chooses.
+    bool rounds_at_library_points(Precision precision) const override {
+        return precision == Precision::full;
+    }
+
     std::optional<std::string> supports_variable_lengths() const override {
         return std::string(
             "oneDNN's LSTM primitive runs every sequence for all T steps (it has no sequence "
@@ -661,6 +740,31 @@ protected:
 private:
     friend class OnednnPlan;
 
+    static std::string onednn_version() {
+        const dnnl::version_t* v = dnnl::version();
+        return std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+               std::to_string(v->patch);
+    }
+
+    // Why oneDNN cannot build a bf16 LSTM here, asked once per process by building the
+    // descriptors of a small one (oneDNN reads DNNL_MAX_CPU_ISA once, at its first use), or
+    // std::nullopt.
+    static const std::optional<std::string>& bf16_unavailable() {
+        static const std::optional<std::string> why = []() -> std::optional<std::string> {
+            using namespace onednn_detail;
+            try {
+                const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+                const Config config{8, 16, 1, false};
+                make_group_plan(engine, config, Group{0, 1, 8}, 2, 2, true);
+            } catch (const dnnl::error& e) {
+                return "oneDNN " + onednn_version() + " builds no bf16 LSTM on this CPU (up to " +
+                       lstm_onednn_cpu_isa() + ", capped by DNNL_MAX_CPU_ISA if set): " + e.what();
+            }
+            return std::nullopt;
+        }();
+        return why;
+    }
+
     // Runs a prebuilt reorder from `from` to `to` (host buffers in its source and destination
     // layouts).
     static void reorder(onednn_detail::Plan& plan, onednn_detail::Bound& r, const void* from,
@@ -690,7 +794,8 @@ private:
     }
 
     // Training forward when args.reserve is set, inference otherwise. Shapes as in ForwardArgs;
-    // all host memory. Overwrites y, hn, cn.
+    // all host memory. Overwrites y, hn, cn. In bf16 oneDNN reads x and h0 rounded and writes
+    // y and hn in bf16, which come back widened.
     static void forward_pass(onednn_detail::Plan& plan, const ForwardArgs<float>& args) {
         using namespace onednn_detail;
         const Config& config = plan.config;
@@ -703,19 +808,33 @@ private:
             detail::Carver rs_carve(args.reserve);
             rs = carve_reserve(rs_carve, plan);
         }
+        const size_t act = plan.act_bytes();
+        const int64_t cells = config.num_cells();
         const int64_t h_state = plan.batch * config.state_size();  // one cell's h: (N, S)
         const int64_t c_state = plan.batch * config.hidden_size;   // one cell's c: (N, H)
         const int64_t layer_out = plan.seq_len * plan.batch * config.output_size();
         if (args.h0.empty() || args.c0.empty())
-            std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * c_state);
+            std::memset(ws.zeros, 0, sizeof(float) * cells * c_state);
         const float* params = args.params.data();
-        const float* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
         const float* c0 = args.c0.empty() ? ws.zeros : args.c0.data();
-        float* hn = training ? rs.hn : (args.hn.empty() ? ws.sink_h : args.hn.data());
+        // What oneDNN reads and writes: the caller's tensors, or in bf16 copies of them.
+        const void* x = args.x.data();
+        const void* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
+        void* y = args.y.data();
+        void* hn = training ? rs.hn : (args.hn.empty() ? ws.sink_h : args.hn.data());
         float* cn = training ? rs.cn : (args.cn.empty() ? ws.sink_c : args.cn.data());
+        if (plan.bf16) {
+            to_bf16(args.x.data(), args.x.numel(), ws.x);
+            to_bf16(static_cast<const float*>(h0), cells * h_state, ws.h0);
+            x = ws.x;
+            h0 = ws.h0;
+            y = training ? rs.y : ws.y;
+            if (!training) hn = ws.hn;
+        }
         // Output of group g below the top: kept for backward when training.
-        auto group_out = [&](size_t g) {
-            return training ? rs.between + g * layer_out : ws.between[g % 2];
+        auto group_out = [&](size_t g) -> void* {
+            return training ? element(rs.between, static_cast<int64_t>(g) * layer_out, act)
+                            : ws.between[g % 2];
         };
 
         const size_t groups = plan.groups.size();
@@ -730,15 +849,15 @@ private:
             sum_biases(config, group, params, ws.bias);
 
             Bound& lstm = fp.lstm;
-            lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? args.x.data() : group_out(g - 1));
-            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * h_state);
+            lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? x : group_out(g - 1));
+            lstm.set(DNNL_ARG_SRC_ITER, element(h0, cell0 * h_state, act));
             lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * c_state);
             lstm.set(DNNL_ARG_WEIGHTS_LAYER, ws.w_layer);
             lstm.set(DNNL_ARG_WEIGHTS_ITER, ws.w_iter);
             if (config.proj_size > 0) lstm.set(DNNL_ARG_WEIGHTS_PROJECTION, ws.w_proj);
             lstm.set(DNNL_ARG_BIAS, ws.bias);
-            lstm.set(DNNL_ARG_DST_LAYER, g + 1 == groups ? args.y.data() : group_out(g));
-            lstm.set(DNNL_ARG_DST_ITER, hn + cell0 * h_state);
+            lstm.set(DNNL_ARG_DST_LAYER, g + 1 == groups ? y : group_out(g));
+            lstm.set(DNNL_ARG_DST_ITER, element(hn, cell0 * h_state, act));
             lstm.set(DNNL_ARG_DST_ITER_C, cn + cell0 * c_state);
             if (training) lstm.set(DNNL_ARG_WORKSPACE, rs.group_workspace(g));
             lstm.set_scratchpad(ws.scratchpad);
@@ -746,13 +865,15 @@ private:
             // The next group's weights overwrite ws.w_layer / ws.w_iter / ws.w_proj / ws.bias.
             plan.stream.wait();
         }
-        if (training) {
-            const int64_t cells = config.num_cells();
+        if (plan.bf16) {
+            from_bf16(static_cast<const uint16_t*>(y), layer_out, args.y.data());
             if (!args.hn.empty())
-                std::memcpy(args.hn.data(), rs.hn, sizeof(float) * cells * h_state);
-            if (!args.cn.empty())
-                std::memcpy(args.cn.data(), rs.cn, sizeof(float) * cells * c_state);
+                from_bf16(static_cast<const uint16_t*>(hn), cells * h_state, args.hn.data());
+        } else if (training && !args.hn.empty()) {
+            std::memcpy(args.hn.data(), rs.hn, sizeof(float) * cells * h_state);
         }
+        if (training && !args.cn.empty())
+            std::memcpy(args.cn.data(), rs.cn, sizeof(float) * cells * c_state);
     }
 
     // Backward of the matching training forward. Shapes as in BackwardArgs; all host memory.
@@ -772,7 +893,19 @@ private:
             std::memset(ws.zeros, 0, sizeof(float) * config.num_cells() * c_state);
         const float* params = args.params.data();
         float* dparams = args.dparams.data();
-        const float* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
+        const size_t act = plan.act_bytes();
+        // What oneDNN reads: the caller's x and h0 and its y, or in bf16 what the forward read
+        // and wrote.
+        const void* x = args.x.data();
+        const void* h0 = args.h0.empty() ? ws.zeros : args.h0.data();
+        const void* y = args.y.data();
+        if (plan.bf16) {
+            to_bf16(args.x.data(), args.x.numel(), ws.x);
+            to_bf16(static_cast<const float*>(h0), config.num_cells() * h_state, ws.h0);
+            x = ws.x;
+            h0 = ws.h0;
+            y = rs.y;
+        }
         const float* c0 = args.c0.empty() ? ws.zeros : args.c0.data();
         const float* dhn = args.dhn.empty() ? ws.zeros : args.dhn.data();
         const float* dcn = args.dcn.empty() ? ws.zeros : args.dcn.data();
@@ -800,14 +933,16 @@ private:
             std::memset(ws.dbias, 0, bp.pd.diff_bias_desc().get_size());
 
             Bound& lstm = bp.lstm;
-            lstm.set(DNNL_ARG_SRC_LAYER, g == 0 ? args.x.data() : rs.between + (g - 1) * layer_out);
-            lstm.set(DNNL_ARG_SRC_ITER, h0 + cell0 * h_state);
+            const auto below = static_cast<int64_t>(g);  // groups below this one
+            lstm.set(DNNL_ARG_SRC_LAYER,
+                     g == 0 ? x : element(rs.between, (below - 1) * layer_out, act));
+            lstm.set(DNNL_ARG_SRC_ITER, element(h0, cell0 * h_state, act));
             lstm.set(DNNL_ARG_SRC_ITER_C, c0 + cell0 * c_state);
             lstm.set(DNNL_ARG_WEIGHTS_LAYER, ws.w_layer);
             lstm.set(DNNL_ARG_WEIGHTS_ITER, ws.w_iter);
             lstm.set(DNNL_ARG_BIAS, ws.bias);
-            lstm.set(DNNL_ARG_DST_LAYER, top ? args.y.data() : rs.between + g * layer_out);
-            lstm.set(DNNL_ARG_DST_ITER, rs.hn + cell0 * h_state);
+            lstm.set(DNNL_ARG_DST_LAYER, top ? y : element(rs.between, below * layer_out, act));
+            lstm.set(DNNL_ARG_DST_ITER, element(rs.hn, cell0 * h_state, act));
             lstm.set(DNNL_ARG_DST_ITER_C, rs.cn + cell0 * c_state);
             lstm.set(DNNL_ARG_DIFF_DST_LAYER, top ? args.dy.data() : group_dout(g));
             lstm.set(DNNL_ARG_DIFF_DST_ITER, dhn + cell0 * h_state);
@@ -850,11 +985,12 @@ private:
         plan->seq_len = request.seq_len;
         plan->batch = request.batch;
         plan->threads = team.threads();
+        plan->bf16 = request.precision == Precision::bf16;
         onednn_call(config, "creating the LSTM primitive descriptors", [&] {
             plan->engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
             for (const Group& group : make_groups(config))
-                plan->groups.push_back(
-                    make_group_plan(plan->engine, config, group, request.seq_len, request.batch));
+                plan->groups.push_back(make_group_plan(plan->engine, config, group, request.seq_len,
+                                                       request.batch, plan->bf16));
             plan->stream = dnnl::stream(plan->engine);
         });
         return plan;
