@@ -71,7 +71,8 @@ struct PassCase {
     Pass pass;
     const Variant* variant;
     std::string path;  // one of variant->paths(f32); empty: its default path
-    int threads;       // cpu cases only; a cuda case leaves the host thread count alone
+    Precision precision;
+    int threads;  // cpu cases only; a cuda case leaves the host thread count alone
     int warmup_chains;
 };
 
@@ -82,7 +83,7 @@ bool on_cpu(const PassCase& c) { return c.variant->device() == Device::cpu; }
 std::string case_name(const PassCase& c) {
     std::string name = c.family + "/" + c.shape.name + "/" + pass_name(c.pass) + "/" +
                        to_string(c.variant->device()) + "/" + c.variant->name();
-    name += path_part(c.path);
+    name += path_part(c.path) + precision_part(c.precision);
     if (on_cpu(c)) name += "/threads:" + std::to_string(c.threads);
     return name;
 }
@@ -105,11 +106,11 @@ std::optional<std::string> why_not_runnable(const PassCase& c) {
 // parameters stay there for the reference check.
 class Problem {
 public:
-    Problem(const PassShape& s, const Variant& v, const std::string& path)
+    Problem(const PassShape& s, const Variant& v, const std::string& path, Precision precision)
         : context_(v.device()),
           problem_(s.config, s.seq_len, s.batch, v.device(), context_.get()),
-          plan_(v.make_plan(
-              PlanRequest{s.config, DType::f32, s.seq_len, s.batch, path, context_.get()})) {
+          plan_(v.make_plan(PlanRequest{s.config, DType::f32, s.seq_len, s.batch, path,
+                                        context_.get(), precision})) {
         std::mt19937_64 rng(kDataSeed);
         x_host_.resize(static_cast<size_t>(problem_.numel(ProblemTensor::x)));
         std::vector<float> dy(static_cast<size_t>(problem_.numel(ProblemTensor::dy)));
@@ -188,12 +189,12 @@ private:
 std::optional<std::string> cached_reference_check(const PassCase& c, const Problem& p) {
     static std::map<std::string, std::optional<std::string>> verdicts;
     const std::string key = c.family + "/" + c.shape.name + "/" + to_string(c.variant->device()) +
-                            "/" + c.variant->name() + "/" + c.path;
+                            "/" + c.variant->name() + "/" + c.path + "/" + to_string(c.precision);
     const auto found = verdicts.find(key);
     if (found != verdicts.end()) return found->second;
     const bool split = !c.variant->supports_split_backward();
     auto verdict = check_on_device_against_reference(*c.variant, p.config(), p.x_host(), {},
-                                                     p.params_host(), split, c.path);
+                                                     p.params_host(), split, c.path, c.precision);
     verdicts.emplace(key, verdict);
     return verdict;
 }
@@ -232,7 +233,7 @@ private:
 };
 
 void time_pass(benchmark::State& state, const PassCase& c) {
-    Problem p(c.shape, *c.variant, c.path);
+    Problem p(c.shape, *c.variant, c.path, c.precision);
     if (auto why = cached_reference_check(c, p)) {
         fail_case(state, *why);
         return;
@@ -259,7 +260,7 @@ void time_pass(benchmark::State& state, const PassCase& c) {
     // The host's FMA peak says nothing about a GPU's, so cuda cases get no fraction.
     if (on_cpu(c))
         state.counters["peak_frac"] =
-            peak_fraction(flops, state.iterations(), timer.host_seconds(), c.threads);
+            peak_fraction(flops, state.iterations(), timer.host_seconds(), c.threads, c.precision);
     state.counters["reserve_bytes"] =
         benchmark::Counter(static_cast<double>(p.reserve_bytes()), benchmark::Counter::kDefaults,
                            benchmark::Counter::kIs1024);
@@ -295,14 +296,16 @@ void register_pass_cases(const std::string& family, const std::vector<PassShape>
             for (Pass pass : passes)
                 for (const Variant* v : variants_on(device))
                     for (const std::string& path : case_paths(*v, flags))
-                        for (int k : thread_counts) {
-                            const PassCase c{
-                                family, s, pass, v, path, k, warmup_repeats(flags, device)};
-                            register_case(case_name(c),
-                                          [c](benchmark::State& state) { run_case(state, c); })
-                                ->UseManualTime()
-                                ->Unit(benchmark::kMillisecond);
-                        }
+                        for (Precision precision : case_precisions(*v, s.config))
+                            for (int k : thread_counts) {
+                                const PassCase c{
+                                    family, s,         pass, v,
+                                    path,   precision, k,    warmup_repeats(flags, device)};
+                                register_case(case_name(c),
+                                              [c](benchmark::State& state) { run_case(state, c); })
+                                    ->UseManualTime()
+                                    ->Unit(benchmark::kMillisecond);
+                            }
     }
 }
 
