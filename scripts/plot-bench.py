@@ -37,6 +37,9 @@ from collections import OrderedDict
 GB_SUFFIX = re.compile(r"^(real_time|manual_time|process_time|"
                        r"(repeats|iterations|min_time|min_warmup_time):.*)$")
 DEVICES = ("cpu", "cuda")
+# The compute precisions a case name may give after the variant (lstm::Precision; full is
+# never named).
+PRECISIONS = ("bf16",)
 # A part that names a size or a count (H:512, threads:2), not a variant.
 KEY_VALUE = re.compile(r"^[A-Za-z_]+:\d+$")
 # Load above the bench's own threads and busy processes that counts as disturbed, per CPU.
@@ -66,6 +69,11 @@ def parse_name(name):
     end = variant + 1
     if end < len(parts) and parts[end].startswith("path:"):
         label += "/" + parts[end][len("path:"):]
+        end += 1
+    # And a compute precision other than full after it (fused/bf16, docs/precision.md): the
+    # precisions of one variant are variants of the group too.
+    if end < len(parts) and parts[end] in PRECISIONS:
+        label += "/" + parts[end]
         end += 1
     group = parts[:variant] + parts[end:]
     return "/".join(group), label

@@ -163,8 +163,11 @@ def check_bench(bench):
         for run_name, its in cases.items():
             expect(all("load_avg_1m" in b for b in its), f"{run_name} has no load_avg_1m")
             parts = run_name.split("/")
-            # shape/<7 shape parts>/<pass>/cpu/<variant>/threads:1/manual_time
-            check_row(rows, cases, run_name, "/".join(parts[:9] + parts[10:11]), parts[9])
+            # shape/<7 shape parts>/<pass>/cpu/<variant>[/bf16]/threads:1/manual_time: a
+            # precision joins the variant's label.
+            label_end = 11 if parts[10] == "bf16" else 10
+            check_row(rows, cases, run_name, "/".join(parts[:9] + parts[label_end:label_end + 1]),
+                      "/".join(parts[9:label_end]))
 
 
 def main():
