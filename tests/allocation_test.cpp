@@ -209,11 +209,13 @@ struct CallAllocations {
 // first pair has sized every buffer of the layer.
 template <typename T>
 CallAllocations steady_call_allocations(const Variant& variant, const std::string& path,
-                                        const LoopShape& shape, int64_t seq_len) {
+                                        Precision precision, const LoopShape& shape,
+                                        int64_t seq_len) {
     const Config& config = shape.config;
     const int64_t batch = shape.unbatched ? 1 : shape.batch;
     LstmT<T> layer(config, variant.name());
     layer.set_path(path);
+    layer.set_precision(precision);
     std::vector<T> x(static_cast<size_t>(seq_len * batch * config.input_size), T(0.25));
     std::vector<T> dy(static_cast<size_t>(seq_len * batch * config.output_size()), T(0.5));
     std::vector<int64_t> lengths;
@@ -238,11 +240,13 @@ CallAllocations steady_call_allocations(const Variant& variant, const std::strin
     return {middle - start, g_allocations.load() - middle};
 }
 
-// One way to run a CPU variant: its name, a precision and a path of its (Variant::paths).
+// One way to run a CPU variant: its name, a dtype, a path of its (Variant::paths) and a compute
+// precision it has.
 struct CpuRun {
     const Variant* variant;
     bool is_double;
     std::string path;
+    Precision precision;
     std::string label;
 };
 
@@ -253,10 +257,14 @@ std::vector<CpuRun> cpu_runs() {
         // oneDNN 2.6 allocates inside its own execute (about 4 times per time step, in libdnnl),
         // which this library cannot change; lstm/variants/onednn.hpp says so.
         if (name == "onednn") continue;
-        for (const std::string& path : v->paths(DType::f32))
-            runs.push_back({v, false, path, name + " float " + path});
+        const bool bf16 =
+            !v->supports_precision(Config{5, 16, 2, true}, DType::f32, Precision::bf16);
+        for (const std::string& path : v->paths(DType::f32)) {
+            runs.push_back({v, false, path, Precision::full, name + " float " + path});
+            if (bf16) runs.push_back({v, false, path, Precision::bf16, name + " bf16 " + path});
+        }
         for (const std::string& path : v->paths(DType::f64))
-            runs.push_back({v, true, path, name + " double " + path});
+            runs.push_back({v, true, path, Precision::full, name + " double " + path});
     }
     return runs;
 }
@@ -273,10 +281,11 @@ TEST_CASE("CPU variants allocate nothing per time step in forward and backward",
                 INFO(run.label << ", " << shape.name << ", " << threads << " thread(s)");
                 const ThreadsScope scope(threads);
                 const auto counts = [&](int64_t seq_len) {
-                    return run.is_double ? steady_call_allocations<double>(*run.variant, run.path,
-                                                                           shape, seq_len)
-                                         : steady_call_allocations<float>(*run.variant, run.path,
-                                                                          shape, seq_len);
+                    return run.is_double
+                               ? steady_call_allocations<double>(*run.variant, run.path,
+                                                                 run.precision, shape, seq_len)
+                               : steady_call_allocations<float>(*run.variant, run.path,
+                                                                run.precision, shape, seq_len);
                 };
                 const CallAllocations short_run = counts(10), long_run = counts(50);
                 INFO("forward " << short_run.forward << " at T 10, " << long_run.forward
