@@ -126,10 +126,11 @@ Options parse_options(int argc, char** argv) {
         {"--variant", [&](const std::string&, const char* value) { o.variant = value; }},
         {"--precision",
          [&](const std::string& flag, const char* value) {
-             const std::string name = value;
-             if (name != "full" && name != "bf16")
-                 usage(flag + " must be full or bf16, got '" + name + "'");
-             o.precision = lstm::precision_named(name, flag.c_str());
+             try {
+                 o.precision = lstm::precision_named(value, flag.c_str());
+             } catch (const lstm::Error& e) {
+                 usage(e.what());
+             }
          }},
         {"--epochs",
          [&](const std::string& flag, const char* value) {

@@ -55,13 +55,16 @@ LSTM_HOST_DEVICE float bf16_to_float(uint16_t bits) {
 LSTM_HOST_DEVICE float round_to_bf16(float x) { return bf16_to_float(bf16_bits(x)); }
 
 #if !defined(__CUDACC__)
+// The exponent of the spacing between the bf16 values around a finite nonzero x: 8 significant
+// bits above bf16's smallest normal exponent, a fixed 2^-133 below it.
+inline int bf16_spacing_exponent(double x) { return std::max(std::ilogb(x), -126) - 7; }
+
 // x rounded to the nearest bf16 in one step (not through float, whose own rounding could move a
 // value onto a tie), ties to even, past the largest finite bf16 to infinity: the double oracle's
 // rounding points. For a float x it gives round_to_bf16(float(x)).
 inline double round_to_bf16(double x) {
     if (!std::isfinite(x) || x == 0.0) return std::isnan(x) ? std::nan("") : x;
-    // 8 significant bits above bf16's smallest normal exponent, a fixed quantum 2^-133 below it.
-    const int quantum = std::max(std::ilogb(x), -126) - 7;
+    const int quantum = bf16_spacing_exponent(x);
     const double r = std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);
     const double largest = std::ldexp(255.0, 120);  // (2 - 2^-7) 2^127
     return std::abs(r) > largest ? std::copysign(HUGE_VAL, x) : r;

@@ -159,7 +159,7 @@ inline double operand(double v, Precision precision) {
 // Whether v lies within `margin` bf16 spacings of a tie between its two bf16 neighbours.
 inline bool near_bf16_tie(double v, double margin) {
     if (!std::isfinite(v) || v == 0.0) return false;
-    const int quantum = std::max(std::ilogb(v), -126) - 7;
+    const int quantum = kernels::bf16_spacing_exponent(v);
     const double scaled = std::abs(std::ldexp(v, -quantum));
     return std::abs(scaled - std::floor(scaled) - 0.5) < margin;
 }

@@ -435,7 +435,6 @@ public:
                                           : cs.h_raw;
         forward_segments(c, st, cs, gates, h_raw, kern, own);
         const BlockRange hcols = state_columns(crew, own);
-        T* out = c.out + st.row * config_.output_size() + c.direction * config_.state_size();
         if (config_.proj_size > 0) {
             // h_raw is only the projection's operand (and, kept, dW_hr's).
             if (bf16_)
@@ -444,9 +443,10 @@ public:
             project_step(c, st, cs, h_raw, hcols);
         }
         // The next step's recurrent operand: the member's columns of h_t, rounded.
+        const int64_t out_width = config_.output_size();
         if (bf16_)
-            round_rows(out, config_.output_size(), st.rows, hcols.begin,
-                       std::min(hcols.end, config_.state_size()),
+            round_rows(c.out + st.row * out_width + c.direction * config_.state_size(), out_width,
+                       st.rows, hcols.begin, std::min(hcols.end, config_.state_size()),
                        cs.h_round + (st.s % 2) * batch_ * hp, hp);
     }
 
